@@ -1,0 +1,1 @@
+"""Backends (installed as ``petab_sciml.backends``): ``torch`` and ``jax``."""

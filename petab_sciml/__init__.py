@@ -1,0 +1,1 @@
+"""petab-sciml: PEtab SciML networks and problems in PyTorch and JAX."""

@@ -1,0 +1,46 @@
+"""The contract every backend follows (numpy in, numpy out at the boundary).
+
+Backends are found through the ``petab_sciml.backends`` entry-point group (see
+:mod:`petab_sciml.plugins`).  Parameters are always exchanged as a nested mapping
+``{group: {array: ndarray}}`` whose flattened keys ``group.array`` equal the PyTorch
+``state_dict`` names, in PyTorch layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from petab_sciml.network import Network
+
+ParameterArrays = Mapping[str, Mapping[str, Any]]
+"""``{group: {array: array-like}}`` in PyTorch layout."""
+
+
+class Backend(Protocol):
+    """What the runner, the CLI and cross-backend checks need from a backend."""
+
+    name: str
+
+    def build(self, network: Network, *, dtype: str = "float32", seed: int = 0) -> Any:
+        """A trainable model of ``network`` with PyTorch-default initial parameters."""
+
+    def set_parameters(self, model: Any, params: ParameterArrays, *, strict: bool = True) -> Any:
+        """Load ``params``; returns the model (a new one for immutable backends).
+
+        With ``strict``, every trainable array must be given; buffers (running
+        statistics) are always optional.  Shapes must match exactly.
+        """
+
+    def get_parameters(self, model: Any) -> dict[str, dict[str, np.ndarray]]:
+        """All parameter arrays and buffers as numpy arrays."""
+
+    def forward(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
+                seed: int | None = None) -> tuple[np.ndarray, ...]:
+        """Evaluate the network on ``inputs`` (one array per network input)."""
+
+    def gradients(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
+                  seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Gradient of ``sum(all outputs)`` with respect to every trainable array."""

@@ -1,0 +1,718 @@
+"""The layer and function catalogue: the one place for every fact about a layer.
+
+For each layer type (PyTorch names: ``Linear``, ``Conv2d``, ...) the catalogue lists its
+constructor arguments with their PyTorch defaults, and the parameter arrays it owns with
+their shapes as a function of the arguments and whether they are trainable or buffers.
+For each function (``relu``, ``add``, ``reshape``, ...) it lists the signature and every
+spelling torch.fx writes for it (``torch.relu``, ``torch.nn.functional.relu``, method
+``relu``, ``operator.add`` ...), mapped to one canonical name.
+
+Backends, formats and the validator read these facts from here; nothing else restates
+them.  The module is numpy-free and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from petab_sciml.errors import NetworkError
+
+REQUIRED = object()
+"""Sentinel default of an argument that must be given."""
+
+
+# --------------------------------------------------------------------------- arguments
+# An argument kind is a name understood by :func:`check_value`.
+#   int, float, bool, str            plain scalars (an int is accepted for a float)
+#   ints:N                           an int or a list of N ints (kernel_size, stride, ...)
+#   ints?:N                          like ints:N, or null
+#   shape                            an int or a list of ints (LayerNorm normalized_shape)
+#   sizes?:N                         an int, null, or a list of N ints-or-nulls (adaptive pools)
+#   padding:N                        ints:N, or the strings "same" / "valid"
+#   float?, int?, str?               the scalar or null
+#   none                             only null is accepted (dtype, device)
+#   choice:a|b|c                     one of the listed strings
+#   any                              anything (kept as written)
+# Function-only kinds:
+#   tensor                           a node reference
+#   tensor|number                    a node reference or a number
+#   tensors                          a list of node references
+#   dims                             an int or a list of ints (possibly variadic in methods)
+#   dims?                            dims or null
+#   index                            a getitem index (int, null, "...", {slice: [a, b, c]}
+#                                    or a list of those)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One constructor or function argument.
+
+    ``torch`` is False for arguments that the PEtab SciML YAML carries but the PyTorch
+    constructor does not accept (e.g. ``bias`` on BatchNorm layers); backends skip them.
+    ``ignored`` marks arguments that have no effect on the result (``inplace``).
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    torch: bool = True
+    ignored: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and not isinstance(v, bool)
+
+
+def _ints(v: Any, n: int | None) -> bool:
+    if _is_int(v):
+        return True
+    if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v):
+        return n is None or len(v) == n
+    return False
+
+
+def kind_description(kind: str) -> str:
+    """Human-readable description of an argument kind, for error messages."""
+    base, _, n = kind.partition(":")
+    return {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "str": "a string",
+        "ints": f"an integer or a list of {n} integers",
+        "ints?": f"null, an integer or a list of {n} integers",
+        "shape": "an integer or a list of integers",
+        "sizes?": f"an integer, null, or a list of {n} integers or nulls",
+        "padding": f'an integer, a list of {n} integers, "same" or "valid"',
+        "float?": "a number or null",
+        "int?": "an integer or null",
+        "str?": "a string or null",
+        "none": "null",
+        "choice": "one of " + ", ".join(repr(c) for c in n.split("|")),
+        "any": "any value",
+        "tensor": "the name of an earlier node",
+        "tensor|number": "the name of an earlier node or a number",
+        "tensors": "a list of names of earlier nodes",
+        "dims": "an integer or a list of integers",
+        "dims?": "null, an integer or a list of integers",
+        "index": "an index (integer, null, '...', {slice: [start, stop, step]} or a list)",
+    }.get(base, kind)
+
+
+def _is_index_item(v: Any) -> bool:
+    if v is None or _is_int(v) or v == "...":
+        return True
+    if isinstance(v, Mapping) and set(v) == {"slice"}:
+        s = v["slice"]
+        return (
+            isinstance(s, (list, tuple))
+            and len(s) == 3
+            and all(x is None or _is_int(x) for x in s)
+        )
+    return False
+
+
+def check_value(kind: str, value: Any) -> bool:
+    """True if ``value`` is acceptable for an argument of ``kind`` (see module notes).
+
+    Tensor kinds are checked structurally only (a string); whether the name is defined
+    is checked by the network IR.
+    """
+    base, _, n = kind.partition(":")
+    size = int(n) if n.isdigit() else None
+    if base == "int":
+        return _is_int(value)
+    if base == "float":
+        return _is_number(value) or value in ("inf", "-inf", "nan")
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "ints":
+        return _ints(value, size)
+    if base == "ints?":
+        return value is None or _ints(value, size)
+    if base == "shape":
+        return _ints(value, None)
+    if base == "sizes?":
+        if value is None or _is_int(value):
+            return True
+        return (
+            isinstance(value, (list, tuple))
+            and len(value) == size
+            and all(x is None or _is_int(x) for x in value)
+        )
+    if base == "padding":
+        return value in ("same", "valid") or _ints(value, size)
+    if base == "float?":
+        return value is None or _is_number(value)
+    if base == "int?":
+        return value is None or _is_int(value)
+    if base == "str?":
+        return value is None or isinstance(value, str)
+    if base == "none":
+        return value is None
+    if base == "choice":
+        return value in n.split("|")
+    if base == "any":
+        return True
+    if base == "tensor":
+        return isinstance(value, str)
+    if base == "tensor|number":
+        return isinstance(value, str) or _is_number(value)
+    if base == "tensors":
+        return isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
+    if base == "dims":
+        return _ints(value, None)
+    if base == "dims?":
+        return value is None or _ints(value, None)
+    if base == "index":
+        if isinstance(value, (list, tuple)):
+            return all(_is_index_item(x) for x in value)
+        return _is_index_item(value)
+    raise ValueError(f"unknown argument kind {kind!r}")  # a catalogue bug, not user input
+
+
+def as_tuple(value: Any, n: int) -> tuple[int, ...]:
+    """Expand an int-or-list argument to an n-tuple (PyTorch's ``_ntuple``)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return (value,) * n
+
+
+# --------------------------------------------------------------------------- layers
+ShapeFn = Callable[[Mapping[str, Any]], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """A parameter array owned by a layer.
+
+    ``shape(args)`` gives its PyTorch shape from the layer's resolved arguments;
+    ``present(args)`` tells whether the layer has it at all (``bias=False``);
+    ``trainable`` is False for buffers such as BatchNorm running statistics;
+    ``dtype`` is the numpy dtype name for buffers of fixed type, else None (the model's).
+    """
+
+    name: str
+    shape: ShapeFn
+    present: Callable[[Mapping[str, Any]], bool] = lambda args: True
+    trainable: bool = True
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Everything known about one layer type."""
+
+    type: str
+    args: tuple[Arg, ...]
+    arrays: tuple[ArraySpec, ...] = ()
+    n_inputs: int = 1
+    stochastic: bool = False
+    spatial_dims: int | None = None
+    check: Callable[[Mapping[str, Any]], str | None] | None = None
+    """Extra consistency rule on resolved args; returns an error message or None."""
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args)
+
+    def resolve_args(
+        self, given: Mapping[str, Any], *, file: object = None, entry: str = ""
+    ) -> dict[str, Any]:
+        """Check ``given`` against the signature and fill in defaults.
+
+        Raises :class:`NetworkError` for unknown, missing or ill-typed arguments.
+        """
+        if not isinstance(given, Mapping):
+            raise NetworkError(
+                f"args of layer type {self.type} must be a mapping, got {type(given).__name__}",
+                file=file, entry=entry,
+            )
+        unknown = [k for k in given if k not in self.arg_names]
+        if unknown:
+            raise NetworkError(
+                f"unknown argument {unknown[0]!r} for layer type {self.type}; "
+                f"expected one of: {', '.join(self.arg_names)}",
+                file=file, entry=entry,
+            )
+        resolved: dict[str, Any] = {}
+        for arg in self.args:
+            if arg.name in given:
+                value = given[arg.name]
+                if not check_value(arg.kind, value):
+                    raise NetworkError(
+                        f"argument {arg.name!r} of layer type {self.type} must be "
+                        f"{kind_description(arg.kind)}, got {value!r}",
+                        file=file, entry=entry,
+                    )
+                resolved[arg.name] = value
+            elif arg.required:
+                raise NetworkError(
+                    f"missing required argument {arg.name!r} for layer type {self.type}",
+                    file=file, entry=entry,
+                )
+            else:
+                resolved[arg.name] = arg.default
+        # Arguments that default to another argument's value (``bias`` of norms = affine).
+        for name, value in list(resolved.items()):
+            if isinstance(value, _SameAs):
+                resolved[name] = resolved[value.other]
+        if self.check is not None:
+            message = self.check(resolved)
+            if message:
+                raise NetworkError(f"layer type {self.type}: {message}", file=file, entry=entry)
+        return resolved
+
+    def array_shapes(self, args: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Shapes of the arrays present for resolved ``args``, in catalogue order."""
+        return {a.name: tuple(a.shape(args)) for a in self.arrays if a.present(args)}
+
+    def torch_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Resolved arguments accepted by the PyTorch constructor."""
+        return {a.name: args[a.name] for a in self.args if a.torch and a.name in args}
+
+
+@dataclass(frozen=True)
+class _SameAs:
+    """Default that copies another argument's resolved value."""
+
+    other: str
+
+
+LAYERS: dict[str, LayerSpec] = {}
+
+
+def _layer(spec: LayerSpec) -> None:
+    LAYERS[spec.type] = spec
+
+
+def _has(name: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda args: bool(args[name])
+
+
+_DEVICE = (Arg("device", "none", None, ignored=True), Arg("dtype", "none", None, ignored=True))
+
+_layer(LayerSpec(
+    "Linear",
+    (Arg("in_features", "int"), Arg("out_features", "int"), Arg("bias", "bool", True), *_DEVICE),
+    (
+        ArraySpec("weight", lambda a: (a["out_features"], a["in_features"])),
+        ArraySpec("bias", lambda a: (a["out_features"],), _has("bias")),
+    ),
+))
+_layer(LayerSpec(
+    "Bilinear",
+    (
+        Arg("in1_features", "int"), Arg("in2_features", "int"), Arg("out_features", "int"),
+        Arg("bias", "bool", True), *_DEVICE,
+    ),
+    (
+        ArraySpec("weight", lambda a: (a["out_features"], a["in1_features"], a["in2_features"])),
+        ArraySpec("bias", lambda a: (a["out_features"],), _has("bias")),
+    ),
+    n_inputs=2,
+))
+_layer(LayerSpec("Flatten", (Arg("start_dim", "int", 1), Arg("end_dim", "int", -1))))
+
+_DROPOUT_ARGS = (Arg("p", "float", 0.5), Arg("inplace", "bool", False, ignored=True))
+
+
+def _check_p(args: Mapping[str, Any]) -> str | None:
+    p = args["p"]
+    if not 0 <= p <= 1:
+        return f"dropout probability p must be in [0, 1], got {p}"
+    return None
+
+
+for _name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"):
+    _layer(LayerSpec(_name, _DROPOUT_ARGS, stochastic=True, check=_check_p))
+
+
+def _conv_check(args: Mapping[str, Any]) -> str | None:
+    g = args["groups"]
+    if g < 1 or args["in_channels"] % g or args["out_channels"] % g:
+        return (
+            f"in_channels ({args['in_channels']}) and out_channels ({args['out_channels']}) "
+            f"must be divisible by groups ({g})"
+        )
+    return None
+
+
+for _n in (1, 2, 3):
+    _conv_args = (
+        Arg("in_channels", "int"), Arg("out_channels", "int"),
+        Arg("kernel_size", f"ints:{_n}"), Arg("stride", f"ints:{_n}", 1),
+        Arg("padding", f"padding:{_n}", 0), Arg("dilation", f"ints:{_n}", 1),
+        Arg("groups", "int", 1), Arg("bias", "bool", True),
+        Arg("padding_mode", "choice:zeros|reflect|replicate|circular", "zeros"), *_DEVICE,
+    )
+    _layer(LayerSpec(
+        f"Conv{_n}d", _conv_args,
+        (
+            ArraySpec("weight", lambda a, n=_n: (
+                a["out_channels"], a["in_channels"] // a["groups"], *as_tuple(a["kernel_size"], n))),
+            ArraySpec("bias", lambda a: (a["out_channels"],), _has("bias")),
+        ),
+        spatial_dims=_n, check=_conv_check,
+    ))
+    _convt_args = (
+        Arg("in_channels", "int"), Arg("out_channels", "int"),
+        Arg("kernel_size", f"ints:{_n}"), Arg("stride", f"ints:{_n}", 1),
+        Arg("padding", f"ints:{_n}", 0), Arg("output_padding", f"ints:{_n}", 0),
+        Arg("groups", "int", 1), Arg("bias", "bool", True), Arg("dilation", f"ints:{_n}", 1),
+        Arg("padding_mode", "choice:zeros", "zeros"), *_DEVICE,
+    )
+    _layer(LayerSpec(
+        f"ConvTranspose{_n}d", _convt_args,
+        (
+            ArraySpec("weight", lambda a, n=_n: (
+                a["in_channels"], a["out_channels"] // a["groups"], *as_tuple(a["kernel_size"], n))),
+            ArraySpec("bias", lambda a: (a["out_channels"],), _has("bias")),
+        ),
+        spatial_dims=_n, check=_conv_check,
+    ))
+    _layer(LayerSpec(
+        f"MaxPool{_n}d",
+        (
+            Arg("kernel_size", f"ints:{_n}"), Arg("stride", f"ints?:{_n}", None),
+            Arg("padding", f"ints:{_n}", 0), Arg("dilation", f"ints:{_n}", 1),
+            Arg("return_indices", "bool", False), Arg("ceil_mode", "bool", False),
+        ),
+        spatial_dims=_n,
+        check=lambda a: "return_indices=True is not supported" if a["return_indices"] else None,
+    ))
+    _avg_args: tuple[Arg, ...] = (
+        Arg("kernel_size", f"ints:{_n}"), Arg("stride", f"ints?:{_n}", None),
+        Arg("padding", f"ints:{_n}", 0), Arg("ceil_mode", "bool", False),
+        Arg("count_include_pad", "bool", True),
+    )
+    if _n > 1:
+        _avg_args += (Arg("divisor_override", "int?", None),)
+    else:
+        # AvgPool1d has no divisor_override in PyTorch; the YAML may still carry null.
+        _avg_args += (Arg("divisor_override", "none", None, torch=False),)
+    _layer(LayerSpec(f"AvgPool{_n}d", _avg_args, spatial_dims=_n))
+    _layer(LayerSpec(
+        f"LPPool{_n}d",
+        (
+            Arg("norm_type", "float"), Arg("kernel_size", f"ints:{_n}"),
+            Arg("stride", f"ints?:{_n}", None), Arg("ceil_mode", "bool", False),
+        ),
+        spatial_dims=_n,
+    ))
+    _layer(LayerSpec(
+        f"AdaptiveMaxPool{_n}d",
+        (Arg("output_size", f"sizes?:{_n}"), Arg("return_indices", "bool", False)),
+        spatial_dims=_n,
+        check=lambda a: "return_indices=True is not supported" if a["return_indices"] else None,
+    ))
+    _layer(LayerSpec(
+        f"AdaptiveAvgPool{_n}d", (Arg("output_size", f"sizes?:{_n}"),), spatial_dims=_n,
+    ))
+
+    def _norm_check(a: Mapping[str, Any]) -> str | None:
+        if a["bias"] != a["affine"]:
+            return (
+                f"bias ({a['bias']}) must equal affine ({a['affine']}): PyTorch norm layers "
+                "have a learnable bias exactly when they are affine"
+            )
+        return None
+
+    _norm_arrays = (
+        ArraySpec("weight", lambda a: (a["num_features"],), _has("affine")),
+        ArraySpec("bias", lambda a: (a["num_features"],), _has("affine")),
+        ArraySpec("running_mean", lambda a: (a["num_features"],), _has("track_running_stats"),
+                  trainable=False),
+        ArraySpec("running_var", lambda a: (a["num_features"],), _has("track_running_stats"),
+                  trainable=False),
+        ArraySpec("num_batches_tracked", lambda a: (), _has("track_running_stats"),
+                  trainable=False, dtype="int64"),
+    )
+    _layer(LayerSpec(
+        f"BatchNorm{_n}d",
+        (
+            Arg("num_features", "int"), Arg("eps", "float", 1e-5),
+            Arg("momentum", "float?", 0.1), Arg("affine", "bool", True),
+            Arg("track_running_stats", "bool", True),
+            Arg("bias", "bool", _SameAs("affine"), torch=False), *_DEVICE,
+        ),
+        _norm_arrays, spatial_dims=_n, check=_norm_check,
+    ))
+    _layer(LayerSpec(
+        f"InstanceNorm{_n}d",
+        (
+            Arg("num_features", "int"), Arg("eps", "float", 1e-5),
+            Arg("momentum", "float?", 0.1), Arg("affine", "bool", False),
+            Arg("track_running_stats", "bool", False),
+            Arg("bias", "bool", _SameAs("affine"), torch=False), *_DEVICE,
+        ),
+        _norm_arrays, spatial_dims=_n, check=_norm_check,
+    ))
+
+
+def _normalized_shape(a: Mapping[str, Any]) -> tuple[int, ...]:
+    return as_tuple(a["normalized_shape"], 1)
+
+
+_layer(LayerSpec(
+    "LayerNorm",
+    (
+        Arg("normalized_shape", "shape"), Arg("eps", "float", 1e-5),
+        Arg("elementwise_affine", "bool", True), Arg("bias", "bool", True), *_DEVICE,
+    ),
+    (
+        ArraySpec("weight", _normalized_shape, _has("elementwise_affine")),
+        ArraySpec("bias", _normalized_shape,
+                  lambda a: bool(a["elementwise_affine"] and a["bias"])),
+    ),
+))
+
+
+def layer_spec(layer_type: str, *, file: object = None, entry: str = "") -> LayerSpec:
+    """The catalogue entry of ``layer_type`` or a :class:`NetworkError` with suggestions."""
+    try:
+        return LAYERS[layer_type]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(layer_type), LAYERS, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise NetworkError(
+            f"unknown layer type {layer_type!r}{hint} (supported: {', '.join(sorted(LAYERS))})",
+            file=file, entry=entry,
+        ) from None
+
+
+# --------------------------------------------------------------------------- functions
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function of the forward graph.
+
+    ``params`` is the PyTorch signature (first the tensor inputs).  ``variadic`` names a
+    ``dims`` parameter that methods may spread over several positional arguments
+    (``x.view(2, 3)``, ``x.permute(0, 2, 1)``).  ``aliases`` are the other spellings
+    torch.fx and exporters write; ``methods`` the ``call_method`` names.
+    """
+
+    name: str
+    params: tuple[Arg, ...]
+    aliases: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    variadic: str | None = None
+    returns_tensor: bool = True
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def bind(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        method: bool = False,
+        file: object = None,
+        entry: str = "",
+    ) -> dict[str, Any]:
+        """Bind positional and keyword arguments to the signature, fill defaults, check kinds.
+
+        Returns ``{param: value}`` for every parameter.  Raises :class:`NetworkError` on
+        wrong arity, unknown, duplicate or ill-typed arguments.
+        """
+        args = list(args)
+        if (
+            method
+            and self.variadic is not None
+            and len(args) > 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in args[1:])
+        ):
+            args = [args[0], list(args[1:])]
+        if len(args) > len(self.params):
+            raise NetworkError(
+                f"function {self.name} takes at most {len(self.params)} positional "
+                f"arguments ({', '.join(self.param_names)}), got {len(args)}",
+                file=file, entry=entry,
+            )
+        bound: dict[str, Any] = {}
+        for param, value in zip(self.params, args):
+            bound[param.name] = value
+        for key, value in kwargs.items():
+            if key not in self.param_names:
+                raise NetworkError(
+                    f"unknown keyword argument {key!r} for function {self.name}; "
+                    f"expected one of: {', '.join(self.param_names)}",
+                    file=file, entry=entry,
+                )
+            if key in bound:
+                raise NetworkError(
+                    f"argument {key!r} of function {self.name} given twice",
+                    file=file, entry=entry,
+                )
+            bound[key] = value
+        for param in self.params:
+            if param.name not in bound:
+                if param.required:
+                    raise NetworkError(
+                        f"function {self.name} is missing its argument {param.name!r}",
+                        file=file, entry=entry,
+                    )
+                bound[param.name] = param.default
+            elif not check_value(param.kind, bound[param.name]):
+                raise NetworkError(
+                    f"argument {param.name!r} of function {self.name} must be "
+                    f"{kind_description(param.kind)}, got {bound[param.name]!r}",
+                    file=file, entry=entry,
+                )
+        return {p.name: bound[p.name] for p in self.params}
+
+    def tensor_params(self) -> tuple[Arg, ...]:
+        return tuple(p for p in self.params if p.kind in ("tensor", "tensor|number", "tensors"))
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {}
+_SPELLINGS: dict[tuple[str, str], str] = {}  # (op, spelling) -> canonical name
+
+_X = Arg("input", "tensor")
+_INPLACE = Arg("inplace", "bool", False, ignored=True)
+
+
+def _fn(
+    name: str,
+    *params: Arg,
+    aliases: Sequence[str] = (),
+    methods: Sequence[str] = (),
+    torch_ns: bool = True,
+    functional: bool = False,
+    operator: Sequence[str] = (),
+    variadic: str | None = None,
+    returns_tensor: bool = True,
+) -> None:
+    spellings = [name, *aliases]
+    if torch_ns:
+        spellings += [f"torch.{name}"]
+    if functional:
+        spellings += [f"torch.nn.functional.{name}", f"F.{name}"]
+    for op_name in operator:
+        spellings += [f"operator.{op_name}", f"_operator.{op_name}", f"<built-in function {op_name}>"]
+    spec = FunctionSpec(name, tuple(params), tuple(spellings[1:]), tuple(methods),
+                        variadic, returns_tensor)
+    FUNCTIONS[name] = spec
+    for s in spellings:
+        _SPELLINGS[("call_function", s)] = name
+    for m in methods:
+        _SPELLINGS[("call_method", m)] = name
+
+
+# Activations (torch.nn.functional signatures).
+_fn("relu", _X, _INPLACE, functional=True, methods=["relu"])
+_fn("relu6", _X, _INPLACE, functional=True, torch_ns=False)
+_fn("hardtanh", _X, Arg("min_val", "float", -1.0), Arg("max_val", "float", 1.0), _INPLACE,
+    functional=True, torch_ns=False)
+_fn("hardswish", _X, _INPLACE, functional=True, torch_ns=False)
+_fn("selu", _X, _INPLACE, functional=True)
+_fn("silu", _X, _INPLACE, functional=True, torch_ns=False)
+_fn("leaky_relu", _X, Arg("negative_slope", "float", 0.01), _INPLACE, functional=True,
+    torch_ns=False)
+_fn("gelu", _X, Arg("approximate", "choice:none|tanh", "none"), functional=True, torch_ns=False)
+_fn("logsigmoid", _X, functional=True, torch_ns=False, aliases=["log_sigmoid"])
+_fn("tanhshrink", _X, functional=True, torch_ns=False)
+_fn("softsign", _X, functional=True, torch_ns=False)
+_fn("softplus", _X, Arg("beta", "float", 1.0), Arg("threshold", "float", 20.0),
+    functional=True, torch_ns=False)
+_fn("tanh", _X, functional=True, methods=["tanh"])
+_fn("sigmoid", _X, functional=True, methods=["sigmoid"])
+_fn("hardsigmoid", _X, _INPLACE, functional=True, torch_ns=False)
+_fn("mish", _X, _INPLACE, functional=True, torch_ns=False)
+_fn("elu", _X, Arg("alpha", "float", 1.0), _INPLACE, functional=True, torch_ns=False)
+_fn("celu", _X, Arg("alpha", "float", 1.0), _INPLACE, functional=True)
+_SOFTMAX = (_X, Arg("dim", "int?", None), Arg("_stacklevel", "int", 3, ignored=True),
+            Arg("dtype", "none", None, ignored=True))
+_fn("softmax", *_SOFTMAX, functional=True, methods=["softmax"])
+_fn("log_softmax", *_SOFTMAX, functional=True, methods=["log_softmax"])
+
+# Arithmetic.
+_A = Arg("input", "tensor|number")
+_B = Arg("other", "tensor|number")
+_fn("add", _A, _B, Arg("alpha", "float", 1), methods=["add"], operator=["add", "iadd"])
+_fn("sub", _A, _B, Arg("alpha", "float", 1), methods=["sub"], operator=["sub", "isub"],
+    aliases=["subtract", "torch.subtract"])
+_fn("mul", _A, _B, methods=["mul"], operator=["mul", "imul"],
+    aliases=["multiply", "torch.multiply"])
+_fn("div", _A, _B, Arg("rounding_mode", "none", None), methods=["div"],
+    operator=["truediv", "itruediv"], aliases=["divide", "torch.divide", "true_divide",
+                                               "torch.true_divide"])
+_fn("neg", _X, methods=["neg"], operator=["neg"], aliases=["negative", "torch.negative"])
+_fn("pow", _A, Arg("exponent", "tensor|number"), methods=["pow"], operator=["pow", "ipow"])
+_fn("matmul", _X, Arg("other", "tensor"), methods=["matmul"], operator=["matmul"])
+_fn("exp", _X, methods=["exp"])
+_fn("log", _X, methods=["log"])
+_fn("sqrt", _X, methods=["sqrt"])
+_fn("abs", _X, methods=["abs"], operator=["abs"])
+_fn("clamp", _X, Arg("min", "float?", None), Arg("max", "float?", None), methods=["clamp"],
+    aliases=["clip", "torch.clip"])
+
+# Shape and indexing.
+_fn("cat", Arg("tensors", "tensors"), Arg("dim", "int", 0), aliases=["concat", "torch.concat",
+                                                                     "concatenate"])
+_fn("stack", Arg("tensors", "tensors"), Arg("dim", "int", 0))
+_fn("flatten", _X, Arg("start_dim", "int", 0), Arg("end_dim", "int", -1), methods=["flatten"])
+_fn("reshape", _X, Arg("shape", "dims"), methods=["reshape", "view"], variadic="shape")
+_fn("permute", _X, Arg("dims", "dims"), methods=["permute"], variadic="dims")
+_fn("transpose", _X, Arg("dim0", "int"), Arg("dim1", "int"), methods=["transpose"],
+    aliases=["swapaxes", "torch.swapaxes"])
+_fn("squeeze", _X, Arg("dim", "dims?", None), methods=["squeeze"])
+_fn("unsqueeze", _X, Arg("dim", "int"), methods=["unsqueeze"])
+_fn("getitem", _X, Arg("index", "index"), torch_ns=False, operator=["getitem"])
+_REDUCE = (_X, Arg("dim", "dims?", None), Arg("keepdim", "bool", False),
+           Arg("dtype", "none", None, ignored=True))
+_fn("sum", *_REDUCE, methods=["sum"])
+_fn("mean", *_REDUCE, methods=["mean"])
+
+
+def canonical_function(op: str, target: str) -> str | None:
+    """Canonical function name for a ``call_function``/``call_method`` target, or None."""
+    return _SPELLINGS.get((op, target))
+
+
+def function_spec(op: str, target: str, *, file: object = None, entry: str = "") -> FunctionSpec:
+    """The catalogue entry for a call target, or a :class:`NetworkError` with suggestions."""
+    name = canonical_function(op, target) if isinstance(target, str) else None
+    if name is None:
+        known = sorted({s for (o, s) in _SPELLINGS if o == op})
+        close = difflib.get_close_matches(str(target), known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        what = "method" if op == "call_method" else "function"
+        raise NetworkError(
+            f"unknown {what} {target!r}{hint} (supported: {', '.join(sorted(FUNCTIONS))})",
+            file=file, entry=entry,
+        )
+    return FUNCTIONS[name]
+
+
+def implicit_softmax_dim(ndim: int) -> int:
+    """The dimension PyTorch's legacy ``softmax(dim=None)`` picks for an ``ndim`` input."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def parameter_count(shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """Number of scalars in a mapping of array shapes."""
+    return sum(math.prod(s) for s in shapes.values())
+
+
+__all__ = [
+    "Arg", "ArraySpec", "LayerSpec", "FunctionSpec", "LAYERS", "FUNCTIONS", "REQUIRED",
+    "layer_spec", "function_spec", "canonical_function", "check_value", "as_tuple",
+    "implicit_softmax_dim", "parameter_count", "kind_description",
+]

@@ -1,0 +1,57 @@
+"""Exceptions raised by petab-sciml.
+
+Every error names *where* the problem is (file, entry) and *what* was expected, so a
+user can fix the input without reading a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PetabSciMLError(Exception):
+    """Base class of all errors raised for bad input.
+
+    ``file`` is the path of the offending file (or ``None`` for in-memory objects),
+    ``entry`` the layer, node, dataset or row inside it.
+    """
+
+    def __init__(self, message: str, *, file: object | None = None, entry: str | None = None):
+        self.message = message
+        self.file = None if file is None else str(file)
+        self.entry = entry
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.file:
+            where.append(self.file)
+        if self.entry:
+            where.append(self.entry)
+        prefix = ": ".join(where)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+class NetworkError(PetabSciMLError):
+    """A network description (IR, YAML, ONNX, ...) is malformed."""
+
+
+class ArrayFileError(PetabSciMLError):
+    """A PEtab SciML HDF5 array file has a wrong layout, flag or shape."""
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra."""
+
+    def __init__(self, package: str, extra: str):
+        super().__init__(
+            f"{package} is required for this feature: pip install 'petab-sciml-toolkit[{extra}]'"
+        )
+
+
+def require(module: str, extra: str):
+    """Import ``module`` or raise :class:`MissingExtraError` naming ``extra``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on environment
+        raise MissingExtraError(module, extra) from exc
