@@ -1,0 +1,65 @@
+"""PyTorch backend: IR -> ``torch.nn`` module (a ``torch.fx.GraphModule``).
+
+Importing this package is cheap; torch is imported on first use and a missing torch gives
+a one-line error naming the ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.backend_api import ParameterArrays
+from petab_sciml.errors import require
+from petab_sciml.network import Network
+
+
+class TorchBackend:
+    """:class:`petab_sciml.backend_api.Backend` for PyTorch."""
+
+    name = "torch"
+
+    def build(self, network: Network, *, dtype: str = "float32", seed: int = 0) -> Any:
+        require("torch", "torch")
+        from petab_sciml.backends.torch.build import build_module
+
+        return build_module(network, dtype=dtype, seed=seed)
+
+    def set_parameters(self, model: Any, params: ParameterArrays, *, strict: bool = True) -> Any:
+        from petab_sciml.backends.torch.build import load_parameters
+
+        load_parameters(model, params, strict=strict)
+        return model
+
+    def get_parameters(self, model: Any) -> dict[str, dict[str, np.ndarray]]:
+        from petab_sciml.backends.torch.build import parameters_of
+
+        return parameters_of(model)
+
+    def forward(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
+                seed: int | None = None) -> tuple[np.ndarray, ...]:
+        from petab_sciml.backends.torch.build import forward_numpy
+
+        return forward_numpy(model, inputs, train=train, seed=seed)
+
+    def mean_forward(self, model: Any, inputs: Sequence[np.ndarray], *, passes: int,
+                     seed: int = 0) -> tuple[np.ndarray, ...]:
+        from petab_sciml.backends.torch.build import mean_forward_numpy
+
+        return mean_forward_numpy(model, inputs, passes=passes, seed=seed)
+
+    def gradients(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
+                  seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+        from petab_sciml.backends.torch.build import gradients_numpy
+
+        return gradients_numpy(model, inputs, train=train, seed=seed)
+
+
+BACKEND = TorchBackend()
+
+
+def build_module(network: Network, *, dtype: str = "float32", seed: int = 0) -> Any:
+    """Convenience: ``BACKEND.build``; returns a ``torch.fx.GraphModule``."""
+    return BACKEND.build(network, dtype=dtype, seed=seed)

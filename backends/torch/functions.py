@@ -1,0 +1,109 @@
+"""Torch implementations of the catalogue functions.
+
+Each entry maps a canonical catalogue name to a callable taking the catalogue's bound
+parameters (ignored ones such as ``inplace`` already removed).  The callables are
+module-level so that torch.fx code generation can reference them by qualified name.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from petab_sciml.catalogue import implicit_softmax_dim
+
+
+def add(input: Any, other: Any, alpha: float = 1) -> Any:
+    return input + other if alpha == 1 else input + alpha * other
+
+
+def sub(input: Any, other: Any, alpha: float = 1) -> Any:
+    return input - other if alpha == 1 else input - alpha * other
+
+
+def div(input: Any, other: Any, rounding_mode: None = None) -> Any:
+    return input / other
+
+
+def softmax(input: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return F.softmax(input, dim=implicit_softmax_dim(input.dim()) if dim is None else dim)
+
+
+def log_softmax(input: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return F.log_softmax(input, dim=implicit_softmax_dim(input.dim()) if dim is None else dim)
+
+
+def reshape(input: torch.Tensor, shape: Any) -> torch.Tensor:
+    return torch.reshape(input, tuple(shape) if isinstance(shape, list) else (shape,)
+                         if isinstance(shape, int) else shape)
+
+
+def permute(input: torch.Tensor, dims: Any) -> torch.Tensor:
+    return torch.permute(input, tuple(dims) if isinstance(dims, (list, tuple)) else (dims,))
+
+
+def squeeze(input: torch.Tensor, dim: Any = None) -> torch.Tensor:
+    if dim is None:
+        return torch.squeeze(input)
+    return torch.squeeze(input, tuple(dim) if isinstance(dim, (list, tuple)) else dim)
+
+
+def _reduce_dim(dim: Any) -> Any:
+    return tuple(dim) if isinstance(dim, (list, tuple)) else dim
+
+
+def sum(input: torch.Tensor, dim: Any = None, keepdim: bool = False) -> torch.Tensor:
+    if dim is None:
+        return torch.sum(input)
+    return torch.sum(input, _reduce_dim(dim), keepdim=keepdim)
+
+
+def mean(input: torch.Tensor, dim: Any = None, keepdim: bool = False) -> torch.Tensor:
+    if dim is None:
+        return torch.mean(input)
+    return torch.mean(input, _reduce_dim(dim), keepdim=keepdim)
+
+
+def clamp(input: torch.Tensor, min: float | None = None, max: float | None = None
+          ) -> torch.Tensor:
+    return torch.clamp(input, min=min, max=max)
+
+
+def cat(tensors: Any, dim: int = 0) -> torch.Tensor:
+    return torch.cat(list(tensors), dim=dim)
+
+
+def stack(tensors: Any, dim: int = 0) -> torch.Tensor:
+    return torch.stack(list(tensors), dim=dim)
+
+
+def getitem(input: torch.Tensor, index: Any) -> torch.Tensor:
+    return input[index]
+
+
+def matmul(input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(input, other)
+
+
+def pow(input: Any, exponent: Any) -> Any:
+    return input**exponent
+
+
+TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "relu": F.relu, "relu6": F.relu6, "hardtanh": F.hardtanh, "hardswish": F.hardswish,
+    "selu": F.selu, "silu": F.silu, "leaky_relu": F.leaky_relu, "gelu": F.gelu,
+    "logsigmoid": F.logsigmoid, "tanhshrink": F.tanhshrink, "softsign": F.softsign,
+    "softplus": F.softplus, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "hardsigmoid": F.hardsigmoid, "mish": F.mish, "elu": F.elu, "celu": F.celu,
+    "softmax": softmax, "log_softmax": log_softmax,
+    "add": add, "sub": sub, "mul": operator.mul, "div": div, "neg": operator.neg,
+    "pow": pow, "matmul": matmul, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+    "abs": torch.abs, "clamp": clamp,
+    "cat": cat, "stack": stack, "flatten": torch.flatten, "reshape": reshape,
+    "permute": permute, "transpose": torch.transpose, "squeeze": squeeze,
+    "unsqueeze": torch.unsqueeze, "getitem": getitem, "sum": sum, "mean": mean,
+}

@@ -1,0 +1,125 @@
+"""The ``petab-sciml`` command line.
+
+Commands read like a sentence (``petab-sciml test-cases run``); every command that
+prints a table also takes ``--json`` for machines.  Errors in user input end with a
+one-line message and exit status 1 (2 for usage errors), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from petab_sciml.errors import MissingExtraError, PetabSciMLError
+
+
+@click.group()
+@click.version_option(package_name="petab-sciml-toolkit")
+def main() -> None:
+    """PEtab SciML networks and problems in PyTorch and JAX."""
+
+
+@main.group("test-cases")
+def test_cases() -> None:
+    """Run reference test cases (ours and the official PEtab SciML suite)."""
+
+
+@test_cases.command("run")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--backend", "backend", default="torch", show_default=True,
+              help="Backend to run: a name (torch, jax) or 'all' for every installed one "
+                   "with cross-backend columns.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--suite/--no-suite", default=True, show_default=True,
+              help="Without PATHS: also run the official suite's ML-import cases.")
+def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, as_json: bool,
+              suite: bool) -> None:
+    """Run the cases under PATHS (default: test_cases/ and the official suite).
+
+    The official suite is found through $PETAB_SCIML_TESTSUITE or
+    ../shared/petab_sciml_testsuite.  Exits 1 if any case fails.
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from petab_sciml import testcases
+    from petab_sciml.plugins import backend_names
+
+    err = Console(stderr=True)
+    backends = backend_names() if backend == "all" else [backend]
+    if backend == "all":
+        backends = [b for b in backends if _available(b)] or backends
+    roots = list(paths)
+    if not roots:
+        roots.append(testcases.bundled_cases())
+        suite_dir = testcases.default_suite()
+        if suite and suite_dir is not None:
+            roots.append(suite_dir / "test_cases" / "ml_model_import")
+        elif suite:
+            err.print(f"[yellow]official suite not found (set ${testcases.SUITE_ENV}); "
+                      "running test_cases/ only[/yellow]")
+    try:
+        cases = testcases.discover(roots)
+    except PetabSciMLError as exc:
+        raise click.ClickException(str(exc)) from None
+    with Progress(console=err, transient=True, disable=as_json) as progress:
+        task = progress.add_task("cases", total=len(cases))
+
+        def advance(name: str) -> None:
+            progress.update(task, advance=1, description=Path(name).name)
+
+        results = testcases.run_all(cases, backends, dtype=dtype, progress=advance)
+    failed = sum(not r.passed for r in results)
+    passed = len(results) - failed
+    if as_json:
+        click.echo(json.dumps({"results": [r.to_json() for r in results], "passed": passed,
+                               "failed": failed}, indent=2))
+    else:
+        _print_results(results, cross=len(backends) > 1)
+        click.echo(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+def _available(backend: str) -> bool:
+    from petab_sciml.plugins import get_backend
+
+    try:
+        get_backend(backend)
+        return True
+    except (MissingExtraError, PetabSciMLError):
+        return False
+
+
+def _print_results(results: list, *, cross: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in ("case", "backend", "layers", "max abs error", "tolerance", "verdict"):
+        table.add_column(column, overflow="fold")
+    if cross:
+        table.add_column("|torch-jax| out")
+        table.add_column("grad rel diff")
+    for r in results:
+        error = "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}"
+        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        row = [r.case, r.backend, r.layers, error, f"{r.tolerance:.0e}", verdict]
+        if cross:
+            row += [f"{r.cross['output_max_abs_diff']:.1e}" if r.cross else "-",
+                    f"{r.cross['gradient_max_rel_diff']:.1e}" if r.cross else "-"]
+        table.add_row(*row)
+    console = Console(width=160)
+    console.print(table)
+    for r in results:
+        if r.error:
+            console.print(f"[red]{r.case} ({r.backend}):[/red] {r.error}", markup=True,
+                          highlight=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,318 @@
+"""Runner for network test cases in the official ML-import layout.
+
+A case folder holds ``solutions.yaml`` naming ``net_file``, the inputs (``net_input`` or
+``net_input_arg0``, ``net_input_arg1`` ...), optional ``net_ps`` and ``net_output``
+lists, and optionally ``dropout`` (number of training-mode passes whose mean is compared)
+and our own keys ``tol`` (absolute tolerance) and ``mode`` (``train``, the default as in
+the official suite, or ``eval``).
+
+The runner is backend-agnostic: it talks to backends only through
+:class:`petab_sciml.backend_api.Backend`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from petab_sciml.arrays import load_parameters, read_array_file
+from petab_sciml.errors import PetabSciMLError
+from petab_sciml.network import Network
+from petab_sciml.plugins import get_backend, get_format
+
+SUITE_ENV = "PETAB_SCIML_TESTSUITE"
+SUITE_TOLERANCE = 1e-3
+"""Absolute tolerance of the official suite's ML-import cases."""
+DROPOUT_TOLERANCE = 1e-2
+ALPHA_DROPOUT_TOLERANCE = 2e-2
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_suite() -> Path | None:
+    """The official suite: ``$PETAB_SCIML_TESTSUITE``, else ``../shared/petab_sciml_testsuite``
+    beside the repository or the working directory, if present."""
+    env = os.environ.get(SUITE_ENV)
+    if env:
+        return Path(env)
+    for base in (REPO_ROOT, Path.cwd()):
+        candidate = base.parent / "shared" / "petab_sciml_testsuite"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def bundled_cases() -> Path:
+    """Our own reference cases (``test_cases/`` of the repository)."""
+    return REPO_ROOT / "test_cases"
+
+
+@dataclass
+class NetworkCase:
+    """One ML-import case, parsed from its ``solutions.yaml``."""
+
+    path: Path
+    net_file: Path
+    inputs: list[list[Path]]
+    """Per repetition i, one file per network input."""
+    params: list[Path | None]
+    outputs: list[Path]
+    dropout: int | None = None
+    tol: float | None = None
+    mode: str = "train"
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+
+def _files(case: Path, solutions: dict, key: str) -> list[Path]:
+    value = solutions[key]
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise PetabSciMLError(f"{key} must be a list of file names", file=case /
+                              "solutions.yaml", entry=key)
+    return [case / v for v in value]
+
+
+def load_case(path: str | os.PathLike) -> NetworkCase:
+    """Parse a case folder; errors name ``solutions.yaml`` and the key."""
+    case = Path(path)
+    sol_file = case / "solutions.yaml"
+    try:
+        solutions = yaml.safe_load(sol_file.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise PetabSciMLError(f"cannot read solutions: {exc}", file=sol_file) from None
+    if "net_file" not in solutions:
+        raise PetabSciMLError("missing key net_file (not an ML-import case)", file=sol_file)
+    outputs = _files(case, solutions, "net_output")
+    if "net_input" in solutions:
+        inputs = [[f] for f in _files(case, solutions, "net_input")]
+    else:
+        arg_keys = sorted((k for k in solutions if re.fullmatch(r"net_input_arg\d+", k)),
+                          key=lambda k: int(k[len("net_input_arg"):]))
+        if not arg_keys:
+            raise PetabSciMLError("missing key net_input (or net_input_arg0, ...)",
+                                  file=sol_file)
+        per_arg = [_files(case, solutions, k) for k in arg_keys]
+        inputs = [list(files) for files in zip(*per_arg)]
+    params: list[Path | None] = (
+        list(_files(case, solutions, "net_ps")) if "net_ps" in solutions
+        else [None] * len(outputs)
+    )
+    if not (len(inputs) == len(params) == len(outputs)):
+        raise PetabSciMLError(f"net_input, net_ps and net_output list {len(inputs)}, "
+                              f"{len(params)} and {len(outputs)} files; expected equal counts",
+                              file=sol_file)
+    mode = solutions.get("mode", "train")
+    if mode not in ("train", "eval"):
+        raise PetabSciMLError(f"mode must be train or eval, got {mode!r}", file=sol_file,
+                              entry="mode")
+    return NetworkCase(case, case / solutions["net_file"], inputs, params, outputs,
+                       solutions.get("dropout"), solutions.get("tol"), mode)
+
+
+def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Case folders under ``paths`` (a case folder itself, or any folder above cases)."""
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise PetabSciMLError("no such file or folder", file=p)
+        if (p / "solutions.yaml").is_file():
+            if _is_network_case(p):
+                found.append(p)
+            continue
+        for sol in sorted(p.rglob("solutions.yaml")):
+            if _is_network_case(sol.parent):
+                found.append(sol.parent)
+    return found
+
+
+def _is_network_case(folder: Path) -> bool:
+    try:
+        data = yaml.safe_load((folder / "solutions.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return True  # let load_case report it
+    return isinstance(data, dict) and "net_file" in data
+
+
+def _read_single(path: Path, group: str) -> list[np.ndarray]:
+    """All arrays of ``inputs``/``outputs`` in a reference file, by id in natural order."""
+    content = read_array_file(path)
+    entries = getattr(content, group)
+    out = []
+    for array_id in sorted(entries, key=_natural_key):
+        keys = entries[array_id]
+        if len(keys) != 1:
+            raise PetabSciMLError(f"expected one dataset under {group}/{array_id}, found "
+                                  f"{', '.join(keys)}", file=path)
+        out.append(np.asarray(next(iter(keys.values()))))
+    return out
+
+
+def _natural_key(text: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one case on one backend."""
+
+    case: str
+    backend: str
+    layers: str
+    max_abs_error: float | None
+    tolerance: float
+    passed: bool
+    error: str | None = None
+    seconds: float = 0.0
+    cross: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layer_summary(network: Network) -> str:
+    types = [layer.type for layer in network.layers.values()]
+    functions = sorted({n.function for n in network.nodes if n.function})
+    return ", ".join(dict.fromkeys(types + functions)) or "-"
+
+
+def tolerance_of(case: NetworkCase, network: Network) -> float:
+    if case.tol is not None:
+        return float(case.tol)
+    if case.dropout:
+        if any(layer.type == "AlphaDropout" for layer in network.layers.values()):
+            return ALPHA_DROPOUT_TOLERANCE
+        return DROPOUT_TOLERANCE
+    return SUITE_TOLERANCE
+
+
+def _inputs_of(case: NetworkCase, i: int) -> list[np.ndarray]:
+    arrays: list[np.ndarray] = []
+    for f in case.inputs[i]:
+        arrays.extend(_read_single(f, "inputs"))
+    return arrays
+
+
+def run_case(case: NetworkCase, backend_name: str, *, dtype: str = "float32"
+             ) -> CaseResult:
+    """Run every repetition of ``case`` on one backend and compare with the references."""
+    start = time.perf_counter()
+    layers, tol = "?", SUITE_TOLERANCE
+    try:
+        backend = get_backend(backend_name)
+        network = get_format("yaml").read(case.net_file)
+        layers, tol = _layer_summary(network), tolerance_of(case, network)
+        model = backend.build(network, dtype=dtype)
+        worst = 0.0
+        for i in range(len(case.outputs)):
+            if case.params[i] is not None:
+                model = backend.set_parameters(model, load_parameters(case.params[i], network))
+            inputs = _inputs_of(case, i)
+            expected = _read_single(case.outputs[i], "outputs")
+            if case.dropout:
+                got = backend.mean_forward(model, inputs, passes=int(case.dropout), seed=i)
+            else:
+                got = backend.forward(model, inputs, train=case.mode == "train")
+            worst = max(worst, _max_abs_error(got, expected, case, i))
+        return CaseResult(case.name, backend_name, layers, worst, tol, bool(worst <= tol),
+                          seconds=time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - a case's failure is reported, not raised
+        return CaseResult(case.name, backend_name, layers, None, tol, False,
+                          error=f"{type(exc).__name__}: {exc}",
+                          seconds=time.perf_counter() - start)
+
+
+def _max_abs_error(got: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                   case: NetworkCase, i: int) -> float:
+    if len(got) != len(expected):
+        raise PetabSciMLError(f"the network gives {len(got)} output(s), the reference "
+                              f"{len(expected)}", file=case.outputs[i])
+    worst = 0.0
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape:
+            raise PetabSciMLError(f"output {k} has shape {g.shape}, reference {e.shape}",
+                                  file=case.outputs[i])
+        if g.size:
+            worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - e))))
+    return worst
+
+
+def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
+                  dtype: str = "float32") -> dict[str, float]:
+    """Max |a - b| of outputs and max relative gradient difference between the first
+    backend and each other one, on the case's first repetition.
+
+    Stochastic networks are compared in eval mode; others in the case's mode.
+    """
+    network = get_format("yaml").read(case.net_file)
+    params = load_parameters(case.params[0], network) if case.params[0] is not None else None
+    inputs = _inputs_of(case, 0)
+    train = case.mode == "train" and not network.stochastic
+    results = []
+    for name in backend_names:
+        backend = get_backend(name)
+        model = backend.build(network, dtype=dtype)
+        if params is not None:
+            model = backend.set_parameters(model, params)
+        outputs = backend.forward(model, inputs, train=train)
+        grads = backend.gradients(model, inputs, train=train)
+        results.append((outputs, grads))
+    ref_out, ref_grad = results[0]
+    out_diff, grad_diff = 0.0, 0.0
+    for outputs, grads in results[1:]:
+        for a, b in zip(ref_out, outputs):
+            if a.size:
+                out_diff = max(out_diff, float(np.max(np.abs(a - b))))
+        for group, arrays in ref_grad.items():
+            for array, g in arrays.items():
+                other = grads[group][array]
+                if g.size:
+                    scale = max(float(np.max(np.abs(g))), 1e-12)
+                    grad_diff = max(grad_diff, float(np.max(np.abs(g - other))) / scale)
+    return {"output_max_abs_diff": out_diff, "gradient_max_rel_diff": grad_diff}
+
+
+CROSS_TOLERANCES = {"float32": (1e-5, 1e-4), "float64": (1e-10, 1e-8)}
+"""(outputs absolute, gradients relative) agreement required between backends."""
+
+
+def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "float32",
+            progress: Callable[[str], None] | None = None) -> list[CaseResult]:
+    """Run every case on every backend; with several backends, add cross-backend columns
+    to the first backend's result (and fail it if the backends disagree)."""
+    results: list[CaseResult] = []
+    for path in paths:
+        if progress:
+            progress(str(path))
+        try:
+            case = load_case(path)
+        except PetabSciMLError as exc:
+            results.extend(CaseResult(str(path), b, "?", None, 0.0, False, error=str(exc))
+                           for b in backends)
+            continue
+        per_backend = [run_case(case, b, dtype=dtype) for b in backends]
+        if len(backends) > 1 and all(r.error is None for r in per_backend):
+            try:
+                cross = cross_backend(case, backends, dtype=dtype)
+                out_tol, grad_tol = CROSS_TOLERANCES[dtype]
+                agree = (cross["output_max_abs_diff"] <= out_tol
+                         and cross["gradient_max_rel_diff"] <= grad_tol)
+            except Exception as exc:  # noqa: BLE001
+                cross, agree = {}, False
+                per_backend[0].error = f"cross-backend: {type(exc).__name__}: {exc}"
+            for r in per_backend:
+                r.cross = cross
+                r.passed = r.passed and agree
+        results.extend(per_backend)
+    return results
