@@ -251,24 +251,25 @@ def _read_keyed(group: h5py.Group, path: Path) -> dict[str, dict[str, LazyArray]
         sub = _group(group, item_id, path, layout)
         _check_id(item_id, f"{kind[:-1]} id", path, sub.name.lstrip("/"))
         arrays = _read_leaves(sub, path, layout)
-        _check_keys(arrays, path)
+        _check_keys({key: array.dataset for key, array in arrays.items()}, path)
         out[item_id] = arrays
     return out
 
 
-def _check_keys(arrays: Mapping[str, LazyArray], path: Path) -> None:
-    """Each key must parse, and no condition may appear under two keys."""
+def _check_keys(entries: Mapping[str, str], path: Path) -> None:
+    """``entries`` maps keys to dataset paths.  Each key must parse, and no condition may
+    appear under two keys."""
     seen: dict[str, str] = {}
-    for key, array in arrays.items():
+    for key, entry in entries.items():
         try:
             ids = condition_ids(key)
         except ArrayFileError as exc:
-            raise ArrayFileError(exc.message, file=path, entry=array.dataset) from None
+            raise ArrayFileError(exc.message, file=path, entry=entry) from None
         for cid in ids or ():
             if cid in seen:
                 raise ArrayFileError(f"condition {cid!r} appears under two keys ({seen[cid]!r} "
                                      f"and {key!r}); each condition may have one array",
-                                     file=path, entry=array.dataset)
+                                     file=path, entry=entry)
             seen[cid] = key
 
 
@@ -359,13 +360,17 @@ def write_array_file(
     datasets = _collect(path, parameters or {}, inputs or {}, outputs or {})
     if not path.parent.is_dir():
         raise ArrayFileError(f"folder {str(path.parent)!r} does not exist", file=path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp: Path | None = None
     try:
-        _write_datasets(Path(tmp_name), datasets)
-        os.replace(tmp_name, path)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=".tmp")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        _write_datasets(tmp, datasets)
+        os.replace(tmp, path)
     except BaseException as exc:
-        Path(tmp_name).unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise ArrayFileError(f"cannot write file: {_reason(exc)}", file=path) from exc
         raise
@@ -399,9 +404,7 @@ def _collect(path: Path, parameters: Mapping, inputs: Mapping, outputs: Mapping
                     raise ArrayFileError(f"key must be a string, got {key!r}", file=path,
                                          entry=entry)
                 out[entry] = _to_numpy(value, path, entry)
-            if isinstance(arrays, Mapping):
-                _check_keys({k: LazyArray(path, f"{kind}/{item_id}/{k}", (), np.dtype("f8"))
-                             for k in arrays}, path)
+            _check_keys({key: f"{kind}/{item_id}/{key}" for key in arrays}, path)
     return out
 
 
