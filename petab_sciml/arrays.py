@@ -180,7 +180,7 @@ def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> Array
         if name not in GROUPS:
             raise ArrayFileError(f"unknown top-level group {name!r}; expected only "
                                  f"{', '.join(GROUPS)}", file=path, entry=name)
-        _group(h5, name, path)
+        _group(h5, name, path, name)
     if require_pytorch_format:
         _check_metadata(h5, path)
     result = ArrayFile(path)
@@ -188,7 +188,7 @@ def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> Array
         result.parameters = _read_parameters(h5["parameters"], path)
     for kind in ("inputs", "outputs"):
         if kind in h5:
-            setattr(result, kind, _read_keyed(h5[kind], path))
+            setattr(result, kind, _read_keyed(h5[kind], kind, path))
     return result
 
 
@@ -205,11 +205,11 @@ def _check_metadata(h5: h5py.File, path: Path) -> None:
     if node.shape != () or node.dtype.kind not in "biu":
         raise ArrayFileError(f"must be an integer (uint8) scalar 1, got dtype {node.dtype} and "
                              f"shape {node.shape}", file=path, entry=entry)
-    value = node[()]
+    value = int(node[()])
     if value != 1:
-        raise ArrayFileError(f"is {int(value)} (false); only PyTorch-format files are "
-                             f"supported: the flag must be 1 and {_FORMAT_HINT}",
-                             file=path, entry=entry)
+        got = "0 (false)" if value == 0 else str(value)
+        raise ArrayFileError(f"is {got}, expected 1: only PyTorch-format files are supported "
+                             f"({_FORMAT_HINT})", file=path, entry=entry)
 
 
 def _check_legacy_perm(meta: h5py.Group, path: Path) -> None:
@@ -225,32 +225,37 @@ def _check_legacy_perm(meta: h5py.Group, path: Path) -> None:
                              entry=entry)
 
 
+_PARAMETER_LAYOUT = "parameters/<netId>/<layerId>/<arrayId>"
+
+
 def _read_parameters(group: h5py.Group, path: Path) -> dict[str, dict[str, dict[str, LazyArray]]]:
     """``parameters/<netId>/<layerId>/<arrayId>`` -> nested dicts of lazy arrays."""
     out: dict[str, dict[str, dict[str, LazyArray]]] = {}
     for net_id in group:
-        net = _group(group, net_id, path, "parameters/<netId>/<layerId>/<arrayId>")
-        _check_id(net_id, "network id", path, net.name)
+        net_entry = f"parameters/{net_id}"
+        net = _group(group, net_id, path, net_entry, _PARAMETER_LAYOUT)
+        _check_id(net_id, "network id", path, net_entry)
         layers: dict[str, dict[str, LazyArray]] = {}
         for layer_id in net:
-            layer = _group(net, layer_id, path, "parameters/<netId>/<layerId>/<arrayId>")
-            _check_id(layer_id, "layer id", path, layer.name)
-            layers[layer_id] = _read_leaves(layer, path, "parameters/<netId>/<layerId>/<arrayId>")
+            entry = f"{net_entry}/{layer_id}"
+            layer = _group(net, layer_id, path, entry, _PARAMETER_LAYOUT)
+            _check_id(layer_id, "layer id", path, entry)
             for array_id in layer:
-                _check_id(array_id, "array id", path, f"{layer.name}/{array_id}".lstrip("/"))
+                _check_id(array_id, "array id", path, f"{entry}/{array_id}")
+            layers[layer_id] = _read_leaves(layer, path, entry, _PARAMETER_LAYOUT)
         out[net_id] = layers
     return out
 
 
-def _read_keyed(group: h5py.Group, path: Path) -> dict[str, dict[str, LazyArray]]:
-    """``inputs|outputs/<id>/<key>`` -> ``{id: {key: array}}`` with keys checked."""
-    kind = group.name.strip("/")
+def _read_keyed(group: h5py.Group, kind: str, path: Path) -> dict[str, dict[str, LazyArray]]:
+    """``<kind>/<id>/<key>`` (kind "inputs" or "outputs") -> ``{id: {key: array}}``."""
     layout = f"{kind}/<id>/<key>"
     out: dict[str, dict[str, LazyArray]] = {}
     for item_id in group:
-        sub = _group(group, item_id, path, layout)
-        _check_id(item_id, f"{kind[:-1]} id", path, sub.name.lstrip("/"))
-        arrays = _read_leaves(sub, path, layout)
+        entry = f"{kind}/{item_id}"
+        sub = _group(group, item_id, path, entry, layout)
+        _check_id(item_id, f"{kind[:-1]} id", path, entry)
+        arrays = _read_leaves(sub, path, entry, layout)
         _check_keys({key: array.dataset for key, array in arrays.items()}, path)
         out[item_id] = arrays
     return out
@@ -273,9 +278,10 @@ def _check_keys(entries: Mapping[str, str], path: Path) -> None:
             seen[cid] = key
 
 
-def _read_leaves(group: h5py.Group, path: Path, layout: str) -> dict[str, LazyArray]:
-    """The datasets directly below ``group``; it must hold at least one, and nothing else."""
-    entry = group.name.lstrip("/")
+def _read_leaves(group: h5py.Group, path: Path, entry: str, layout: str
+                 ) -> dict[str, LazyArray]:
+    """The datasets directly below ``group`` (at ``entry``); it must hold at least one,
+    and nothing else."""
     if len(group) == 0:
         raise ArrayFileError(f"group holds no arrays; expected datasets (layout {layout})",
                              file=path, entry=entry)
@@ -295,9 +301,10 @@ def _child(group: h5py.Group, name: str, path: Path, entry: str) -> Any:
                              entry=entry) from None
 
 
-def _group(parent: h5py.Group, name: str, path: Path, layout: str | None = None) -> h5py.Group:
-    """The child group ``name``; a dataset here means the data sits one level too high."""
-    entry = f"{parent.name}/{name}".lstrip("/")
+def _group(parent: h5py.Group, name: str, path: Path, entry: str,
+           layout: str | None = None) -> h5py.Group:
+    """The child group ``name`` (at ``entry``); a dataset here means the data sits one
+    level too high."""
     node = _child(parent, name, path, entry)
     if not isinstance(node, h5py.Group):
         found = "a dataset" if isinstance(node, h5py.Dataset) else type(node).__name__
@@ -308,7 +315,8 @@ def _group(parent: h5py.Group, name: str, path: Path, layout: str | None = None)
 
 def _dataset(parent: h5py.Group, name: str, path: Path, entry: str,
              layout: str | None = None) -> h5py.Dataset:
-    """The child numeric dataset ``name`` with a simple (non-null) dataspace."""
+    """The child dataset ``name`` (at ``entry``) with a simple (non-null) dataspace;
+    numeric if ``layout`` is given (i.e. it is a data array, not metadata)."""
     node = _child(parent, name, path, entry)
     where = f" (layout {layout})" if layout else ""
     if isinstance(node, h5py.Group):
@@ -327,10 +335,11 @@ def _dataset(parent: h5py.Group, name: str, path: Path, entry: str,
 
 
 def _check_id(name: str, what: str, path: Path, entry: str) -> None:
+    """Raise unless ``name`` is a PEtab id."""
     if not _ID.match(name):
         raise ArrayFileError(f"invalid {what} {name!r}; expected a PEtab id (letters, digits "
                              "and underscores, not starting with a digit)", file=path,
-                             entry=entry.lstrip("/"))
+                             entry=entry)
 
 
 def _reason(exc: BaseException) -> str:

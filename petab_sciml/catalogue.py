@@ -364,7 +364,8 @@ for _n in (1, 2, 3):
         f"Conv{_n}d", _conv_args,
         (
             ArraySpec("weight", lambda a, n=_n: (
-                a["out_channels"], a["in_channels"] // a["groups"], *as_tuple(a["kernel_size"], n))),
+                a["out_channels"], a["in_channels"] // a["groups"],
+                *as_tuple(a["kernel_size"], n))),
             ArraySpec("bias", lambda a: (a["out_channels"],), _has("bias")),
         ),
         spatial_dims=_n, check=_conv_check,
@@ -380,7 +381,8 @@ for _n in (1, 2, 3):
         f"ConvTranspose{_n}d", _convt_args,
         (
             ArraySpec("weight", lambda a, n=_n: (
-                a["in_channels"], a["out_channels"] // a["groups"], *as_tuple(a["kernel_size"], n))),
+                a["in_channels"], a["out_channels"] // a["groups"],
+                *as_tuple(a["kernel_size"], n))),
             ArraySpec("bias", lambda a: (a["out_channels"],), _has("bias")),
         ),
         spatial_dims=_n, check=_conv_check,
@@ -605,7 +607,8 @@ def _fn(
     if functional:
         spellings += [f"torch.nn.functional.{name}", f"F.{name}"]
     for op_name in operator:
-        spellings += [f"operator.{op_name}", f"_operator.{op_name}", f"<built-in function {op_name}>"]
+        spellings += [f"operator.{op_name}", f"_operator.{op_name}",
+                      f"<built-in function {op_name}>"]
     spec = FunctionSpec(name, tuple(params), tuple(spellings[1:]), tuple(methods),
                         variadic, returns_tensor)
     FUNCTIONS[name] = spec

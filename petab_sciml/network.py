@@ -470,7 +470,8 @@ def _find_cycle(pending: Sequence[Node], deps: Mapping[str, set[str]]) -> list[s
     while True:
         nxt = next(d for d in sorted(deps[current]) if d in names)
         if nxt in seen:
-            return path[path.index(nxt):] + [nxt]
+            # Reported in data-flow direction: each node feeds the next.
+            return list(reversed(path[path.index(nxt):] + [nxt]))
         path.append(nxt)
         seen.add(nxt)
         current = nxt

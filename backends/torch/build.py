@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx
+from petab_sciml.backends.torch.functions import TORCH_FUNCTIONS
 
 from petab_sciml.arrays import check_parameters
 from petab_sciml.backend_api import ParameterArrays
-from petab_sciml.backends.torch.functions import TORCH_FUNCTIONS
 from petab_sciml.catalogue import FUNCTIONS
 from petab_sciml.errors import NetworkError
 from petab_sciml.network import Network, Ref
