@@ -292,6 +292,9 @@ class _SameAs:
 
     other: str
 
+    def __repr__(self) -> str:
+        return f"<same as {self.other}>"
+
 
 LAYERS: dict[str, LayerSpec] = {}
 

@@ -121,5 +121,46 @@ def _print_results(results: list, *, cross: bool) -> None:
                           highlight=False)
 
 
+@main.command("layers")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
+def layers_command(as_json: bool) -> None:
+    """List the supported layers (arguments with PyTorch defaults, parameter arrays)
+    and functions (with the spellings accepted for each)."""
+    from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED
+
+    def default(arg):
+        return "required" if arg.default is REQUIRED else repr(arg.default)
+
+    layers = {
+        name: {"args": {a.name: default(a) for a in spec.args if not a.ignored},
+               "arrays": [a.name + ("" if a.trainable else " (buffer)") for a in spec.arrays]}
+        for name, spec in LAYERS.items()
+    }
+    functions = {name: {"params": {p.name: default(p) for p in spec.params if not p.ignored},
+                        "spellings": list(spec.aliases) + [f".{m}()" for m in spec.methods]}
+                 for name, spec in FUNCTIONS.items()}
+    if as_json:
+        click.echo(json.dumps({"layers": layers, "functions": functions}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{len(layers)} layers")
+    for column in ("layer", "arguments (defaults)", "parameter arrays"):
+        table.add_column(column, overflow="fold")
+    for name, info in layers.items():
+        table.add_row(name, ", ".join(f"{k}={v}" for k, v in info["args"].items()),
+                      ", ".join(info["arrays"]) or "-")
+    console.print(table)
+    table = Table(title=f"{len(functions)} functions")
+    for column in ("function", "arguments (defaults)", "also written as"):
+        table.add_column(column, overflow="fold")
+    for name, info in functions.items():
+        table.add_row(name, ", ".join(f"{k}={v}" for k, v in info["params"].items()),
+                      ", ".join(info["spellings"]))
+    console.print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
