@@ -20,11 +20,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
+
+from petab_sciml.arrays import load_parameters, save_parameters
 from petab_sciml.backends.torch import BACKEND
 from petab_sciml.formats import yaml as yaml_format
 from petab_sciml.formats.torch_fx import network_from_module, parameters_from_module
-
-from petab_sciml.arrays import load_parameters, save_parameters
 
 torch.set_num_threads(1)
 

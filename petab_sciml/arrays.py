@@ -376,6 +376,10 @@ def write_array_file(
         os.close(fd)
         tmp = Path(tmp_name)
         _write_datasets(tmp, datasets)
+        # mkstemp creates 0600; give the file the mode a plain open() would (umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
@@ -386,7 +390,8 @@ def write_array_file(
 
 
 def _write_datasets(tmp: Path, datasets: Mapping[str, np.ndarray]) -> None:
-    with h5py.File(tmp, "w") as h5:
+    # The newer file-format versions make small files about three times smaller.
+    with h5py.File(tmp, "w", libver=("v110", "latest")) as h5:
         h5.create_dataset("metadata/pytorch_format", data=np.uint8(1))
         for name, value in datasets.items():
             h5.create_dataset(name, data=value)

@@ -666,7 +666,8 @@ _fn("exp", _X, methods=["exp"])
 _fn("log", _X, methods=["log"])
 _fn("sqrt", _X, methods=["sqrt"])
 _fn("abs", _X, methods=["abs"], operator=["abs"])
-_fn("clamp", _X, Arg("min", "float?", None), Arg("max", "float?", None), methods=["clamp"],
+_fn("clamp", _X, Arg("min", "float?", None), Arg("max", "float?", None),
+    methods=["clamp", "clip"],
     aliases=["clip", "torch.clip"])
 
 # Shape and indexing.
@@ -676,9 +677,11 @@ _fn("stack", Arg("tensors", "tensors"), Arg("dim", "int", 0))
 _fn("flatten", _X, Arg("start_dim", "int", 0), Arg("end_dim", "int", -1), methods=["flatten"])
 _fn("reshape", _X, Arg("shape", "dims"), methods=["reshape", "view"], variadic="shape")
 _fn("permute", _X, Arg("dims", "dims"), methods=["permute"], variadic="dims")
-_fn("transpose", _X, Arg("dim0", "int"), Arg("dim1", "int"), methods=["transpose"],
+_fn("transpose", _X, Arg("dim0", "int"), Arg("dim1", "int"),
+    methods=["transpose", "swapaxes"],
     aliases=["swapaxes", "torch.swapaxes"])
 _fn("squeeze", _X, Arg("dim", "dims?", None), methods=["squeeze"])
+_fn("contiguous", _X, methods=["contiguous"], torch_ns=False)
 _fn("unsqueeze", _X, Arg("dim", "int"), methods=["unsqueeze"])
 _fn("getitem", _X, Arg("index", "index"), torch_ns=False, operator=["getitem"])
 _REDUCE = (_X, Arg("dim", "dims?", None), Arg("keepdim", "bool", False),

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from petab_sciml.formats import yaml as yaml_format
 
 from petab_sciml.errors import NetworkError
+from petab_sciml.formats import yaml as yaml_format
 
 VALID: dict[str, Any] = {
     "nn_model_id": "net0",

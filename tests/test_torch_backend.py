@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from petab_sciml.backends.torch import BACKEND
-from petab_sciml.formats import yaml as yaml_format
 
 from petab_sciml import testcases
 from petab_sciml.arrays import load_parameters, save_parameters
+from petab_sciml.backends.torch import BACKEND
 from petab_sciml.errors import ArrayFileError
+from petab_sciml.formats import yaml as yaml_format
 
 from .conftest import ml_import_cases, requires_suite
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from petab_sciml.formats import yaml as yaml_format
 
 from .conftest import all_suite_network_files, requires_suite

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx
-from petab_sciml.backends.torch.functions import TORCH_FUNCTIONS
 
 from petab_sciml.arrays import check_parameters
 from petab_sciml.backend_api import ParameterArrays
+from petab_sciml.backends.torch.functions import TORCH_FUNCTIONS
 from petab_sciml.catalogue import FUNCTIONS
 from petab_sciml.errors import NetworkError
 from petab_sciml.network import Network, Ref
@@ -96,6 +96,13 @@ def build_module(network: Network, *, dtype: str = "float32", seed: int = 0
             outputs = [env[r.name] for r in node.bound["outputs"]]
             graph.output(outputs[0] if len(outputs) == 1 else tuple(outputs))
     module = torch.fx.GraphModule(root, graph, class_name=_identifier(network.id))
+    # GraphModule copies only what the graph uses; keep every layer (an unused layer, or
+    # one read only through get_attr) so state_dict holds all of the network's arrays.
+    for child_name, child in root.named_children():
+        if not hasattr(module, child_name):
+            module.add_module(child_name, child)
+        elif getattr(module, child_name) is not child:
+            setattr(module, child_name, child)
     module.meta["petab_sciml_network"] = network
     module.meta["petab_sciml_dtype"] = torch_dtype(dtype)
     return module.to(torch_dtype(dtype))
@@ -208,6 +215,8 @@ def gradients_numpy(module: torch.nn.Module, inputs: Sequence[Any], *, train: bo
     if seed is not None:
         torch.manual_seed(seed)
     module.zero_grad(set_to_none=True)
+    if not any(p.requires_grad for p in module.parameters()):
+        return {}
     total = sum(o.sum() for o in _outputs(module(*_as_tensors(module, inputs))))
     total.backward()
     out: dict[str, dict[str, np.ndarray]] = {}

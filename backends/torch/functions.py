@@ -93,6 +93,10 @@ def pow(input: Any, exponent: Any) -> Any:
     return input**exponent
 
 
+def contiguous(input: torch.Tensor) -> torch.Tensor:
+    return input.contiguous()
+
+
 TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "relu": F.relu, "relu6": F.relu6, "hardtanh": F.hardtanh, "hardswish": F.hardswish,
     "selu": F.selu, "silu": F.silu, "leaky_relu": F.leaky_relu, "gelu": F.gelu,
@@ -105,5 +109,6 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": torch.abs, "clamp": clamp,
     "cat": cat, "stack": stack, "flatten": torch.flatten, "reshape": reshape,
     "permute": permute, "transpose": torch.transpose, "squeeze": squeeze,
-    "unsqueeze": torch.unsqueeze, "getitem": getitem, "sum": sum, "mean": mean,
+    "unsqueeze": torch.unsqueeze, "contiguous": contiguous, "getitem": getitem, "sum": sum,
+    "mean": mean,
 }

@@ -1,0 +1,487 @@
+"""Export a ``torch.nn.Module`` to the network IR by symbolic tracing (``torch.fx``).
+
+:func:`network_from_module` traces a module with ``torch.fx`` and turns the graph into a
+validated :class:`~petab_sciml.network.Network`:
+
+* ``call_module`` nodes of catalogue layers (``torch.nn.Linear``, ``torch.nn.Conv2d``,
+  ...) become layers whose arguments are read back from the module's attributes;
+  parameter-free ``torch.nn`` modules outside the catalogue (``nn.ReLU``, ``nn.Softmax``,
+  ``nn.Identity``, ...) are traced through, so they appear as catalogue functions;
+* ``call_function``/``call_method`` nodes become catalogue functions (canonical name as
+  target for functions, the method name for methods);
+* ``get_attr`` of a layer's array gives ``layer.array``; of any other parameter or buffer
+  a free parameter (``params.name`` for arrays of the root module, ``<submodule>.name``
+  otherwise);
+* placeholders become the network inputs.
+
+A catalogue layer exported on its own becomes a one-layer network (layer id ``layer1``,
+inputs ``net_input`` or ``net_input1``, ``net_input2``).
+
+Submodule paths such as ``block.0`` are not PEtab ids: they are mapped to ids by
+replacing every other character with ``_`` (``block_0``; a leading digit gets the prefix
+``layer_``).  :func:`parameters_from_module` applies the same mapping to read a module's
+arrays in IR naming.
+
+torch is imported only when a function of this module is called.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.catalogue import FUNCTIONS, LAYERS, LayerSpec, canonical_function
+from petab_sciml.errors import NetworkError, require
+from petab_sciml.network import FreeParameter, Network
+
+__all__ = ["network_from_module", "parameters_from_module", "module_path_id"]
+
+ROOT_GROUP = "params"
+"""Group of free parameters that are attributes of the traced module itself."""
+
+_NON_ID = re.compile(r"[^A-Za-z0-9_]")
+
+
+# ----------------------------------------------------------------------------- naming
+def module_path_id(path: str) -> str:
+    """The PEtab id of a submodule path (``block.0`` -> ``block_0``, ``0`` -> ``layer_0``)."""
+    out = _NON_ID.sub("_", path)
+    if not out or out[0].isdigit():
+        out = f"layer_{out}"
+    return out
+
+
+class _Ids:
+    """Submodule path <-> id mapping of one module, with collision detection."""
+
+    def __init__(self, module: Any):
+        self.paths: dict[str, list[str]] = {}
+        for path, _ in module.named_modules(remove_duplicate=False):
+            if path:
+                self.paths.setdefault(module_path_id(path), [])
+                if path not in self.paths[module_path_id(path)]:
+                    self.paths[module_path_id(path)].append(path)
+        group = ROOT_GROUP
+        while group in self.paths:
+            group += "_"
+        self.root_group = group
+
+    def id_of(self, path: str) -> str:
+        ident = module_path_id(path)
+        others = [p for p in self.paths.get(ident, []) if p != path]
+        if others:
+            raise NetworkError(
+                f"submodules {path!r} and {others[0]!r} both map to the id {ident!r}; "
+                "rename one of them", entry=f"submodule {path!r}")
+        return ident
+
+    def path_of(self, ident: str) -> str | None:
+        paths = self.paths.get(ident, [])
+        if len(paths) > 1:
+            raise NetworkError(f"submodules {paths[0]!r} and {paths[1]!r} both map to the id "
+                               f"{ident!r}; rename one of them", entry=f"group {ident!r}")
+        return paths[0] if paths else None
+
+
+def _catalogue_type(torch: Any, module: Any) -> str | None:
+    """The catalogue layer type of ``module`` if it is exactly that ``torch.nn`` class."""
+    name = type(module).__name__
+    if name in LAYERS and type(module) is getattr(torch.nn, name, None):
+        return name
+    return None
+
+
+# ----------------------------------------------------------------------------- layer args
+def _plain(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _layer_args(torch: Any, spec: LayerSpec, module: Any, path: str) -> dict[str, Any]:
+    """Every catalogue argument of ``spec`` read back from a torch layer ``module``."""
+    args: dict[str, Any] = {}
+    for arg in spec.args:
+        if not arg.torch:
+            other = getattr(arg.default, "other", None)  # default copies another argument
+            args[arg.name] = args[other] if other in args else arg.default
+            continue
+        if not hasattr(module, arg.name):
+            if arg.ignored:
+                continue  # device, dtype: constructor-only, no effect on the result
+            raise NetworkError(f"cannot read argument {arg.name!r} from the {spec.type} "
+                               "module", entry=f"submodule {path!r}")
+        value = getattr(module, arg.name)
+        if arg.kind == "bool" and (value is None or isinstance(value, torch.Tensor)):
+            value = value is not None  # bias: a Parameter or None
+        args[arg.name] = _plain(value)
+    return args
+
+
+# ----------------------------------------------------------------------------- functions
+@cache
+def _function_index() -> dict[int, tuple[str, str]]:
+    """``id(callable) -> (spelling, canonical name)`` for every catalogue spelling that
+    names a torch, torch.nn.functional or operator callable."""
+    import operator
+
+    torch = require("torch", "torch")
+    functional = torch.nn.functional
+    namespaces = (("torch.nn.functional.", functional), ("F.", functional),
+                  ("torch.", torch), ("operator.", operator), ("_operator.", operator))
+    index: dict[int, tuple[str, str]] = {}
+    for name, spec in FUNCTIONS.items():
+        for spelling in (name, *spec.aliases):
+            for prefix, namespace in namespaces:
+                if spelling.startswith(prefix) and "." not in spelling[len(prefix):]:
+                    obj = getattr(namespace, spelling[len(prefix):], None)
+                    if callable(obj):
+                        index.setdefault(id(obj), (spelling, name))
+                    break
+    return index
+
+
+def _spelling(target: Any) -> str:
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__name__", None)
+    if module and name:
+        return f"{module}.{name}"
+    return repr(target)
+
+
+def _function_name(target: Any) -> str | None:
+    """Canonical catalogue name of a ``call_function`` target, or None."""
+    name = canonical_function("call_function", _spelling(target))
+    if name is not None:
+        return name
+    found = _function_index().get(id(target))
+    return found[1] if found else None
+
+
+def _is_guard(torch: Any, target: Any) -> bool:
+    """Assertions torch.fx inserts for ``concrete_args``."""
+    from torch.fx import _symbolic_trace
+
+    return target is torch._assert or target is getattr(_symbolic_trace, "_assert_is_none",
+                                                        None)
+
+
+def _owner(node: Any) -> str:
+    """`` (inside submodule 'path' (Class))`` for nodes traced through a submodule."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path, cls = list(stack.values())[-1]
+    cls_name = getattr(cls, "__name__", str(cls))
+    return f" (inside submodule {path!r}, {cls_name})"
+
+
+# ----------------------------------------------------------------------------- tracing
+def _tracer(torch: Any) -> Any:
+    """A tracer that keeps catalogue layers as leaves and traces through parameter-free
+    ``torch.nn`` modules outside the catalogue (activations, Identity)."""
+    fx = torch.fx
+
+    class Tracer(fx.Tracer):
+        def _traced_through(self, m: Any, qualname: str) -> bool:
+            return (
+                _catalogue_type(torch, m) is None
+                and super().is_leaf_module(m, qualname)
+                and next(m.parameters(), None) is None
+                and next(m.buffers(), None) is None
+            )
+
+        def is_leaf_module(self, m: Any, qualname: str) -> bool:
+            if _catalogue_type(torch, m) is not None:
+                return True
+            if self._traced_through(m, qualname):
+                return False
+            return super().is_leaf_module(m, qualname)
+
+        def call_module(self, m: Any, forward: Any, args: Any, kwargs: Any) -> Any:
+            qualname = self.path_of_module(m)
+            if not self._traced_through(m, qualname):
+                return super().call_module(m, forward, args, kwargs)
+            try:
+                return super().call_module(m, forward, args, kwargs)
+            except NetworkError:
+                raise
+            except Exception as exc:
+                raise NetworkError(
+                    f"{type(m).__name__} is not a catalogue layer and cannot be traced "
+                    f"through: {type(exc).__name__}: {exc}",
+                    entry=f"submodule {qualname!r}") from exc
+
+    return Tracer()
+
+
+ROOT_LAYER_ID = "layer1"
+"""Layer id of a catalogue layer exported on its own (``network_from_module(nn.Conv2d(...))``)."""
+
+
+def _wrap_root_layer(torch: Any, module: Any) -> Any:
+    """A catalogue layer traced on its own becomes the submodule ``layer1`` of a wrapper
+    (torch.fx never treats the root as a leaf); other modules are returned unchanged."""
+    layer_type = _catalogue_type(torch, module)
+    if layer_type is None:
+        return module
+    nn = torch.nn
+    if LAYERS[layer_type].n_inputs == 2:
+        class Wrapper2(nn.Module):
+            def forward(self, net_input1, net_input2):
+                return getattr(self, ROOT_LAYER_ID)(net_input1, net_input2)
+
+        wrapper = Wrapper2()
+    else:
+        class Wrapper(nn.Module):
+            def forward(self, net_input):
+                return getattr(self, ROOT_LAYER_ID)(net_input)
+
+        wrapper = Wrapper()
+    wrapper.add_module(ROOT_LAYER_ID, module)
+    return wrapper
+
+
+def _trace(torch: Any, module: Any, concrete_args: Mapping[str, Any] | None) -> Any:
+    try:
+        return _tracer(torch).trace(module, concrete_args=concrete_args)
+    except NetworkError:
+        raise
+    except Exception as exc:
+        raise NetworkError(f"cannot trace {type(module).__name__} with torch.fx: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
+def _concrete_placeholders(module: Any, placeholders: Sequence[Any],
+                           concrete_args: Mapping[str, Any] | None) -> set[str]:
+    """Names of the placeholders torch.fx keeps for ``concrete_args``."""
+    if not concrete_args:
+        return set()
+    try:
+        names = [p.name for p in inspect.signature(module.forward).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    except (TypeError, ValueError):
+        names = []
+    out = set()
+    if len(names) == len(placeholders):
+        out = {ph.name for ph, n in zip(placeholders, names) if n in concrete_args}
+    else:
+        for ph in placeholders:
+            if any(ph.target == k or ph.target.startswith(f"{k}_") for k in concrete_args):
+                out.add(ph.name)
+    return out
+
+
+# ----------------------------------------------------------------------------- export
+def network_from_module(
+    module: Any,
+    net_id: str,
+    *,
+    input_ids: Sequence[str] | None = None,
+    concrete_args: Mapping[str, Any] | None = None,
+) -> Network:
+    """Trace ``module`` with ``torch.fx`` and return its validated network IR.
+
+    ``input_ids`` name the network inputs in the order of the forward's tensor arguments
+    (default: the placeholder names).  ``concrete_args`` is passed to the tracer (fix
+    non-tensor arguments such as flags); those arguments are not network inputs.
+    Raises :class:`NetworkError` naming the submodule or node for anything outside the
+    catalogue.
+    """
+    torch = require("torch", "torch")
+    module = _wrap_root_layer(torch, module)
+    graph = _trace(torch, module, concrete_args)
+    ids = _Ids(module)
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    concrete = _concrete_placeholders(module, placeholders, concrete_args)
+
+    # Nodes that only serve the concrete_args guards are dropped.
+    dropped = set(concrete)
+    for node in nodes:
+        if node.op in ("call_function", "call_method"):
+            inputs = node.all_input_nodes
+            if (node.op == "call_function" and _is_guard(torch, node.target)) or (
+                    inputs and all(i.name in dropped for i in inputs)):
+                dropped.add(node.name)
+
+    layers: dict[str, dict[str, Any]] = {}  # layer id -> {"layer_id", "layer_type", "args"}
+    layer_paths: dict[str, str] = {}  # module path -> layer id
+    free: dict[str, FreeParameter] = {}
+    out_nodes: list[dict[str, Any]] = []
+
+    def add_layer(path: str, sub: Any) -> str:
+        if path in layer_paths:
+            return layer_paths[path]
+        layer_type = _catalogue_type(torch, sub)
+        if layer_type is None:
+            raise NetworkError(
+                f"{type(sub).__name__} ({type(sub).__module__}) is not a supported layer "
+                f"type (supported: {', '.join(sorted(LAYERS))})", entry=f"submodule {path!r}")
+        layer_id = ids.id_of(path)
+        spec = LAYERS[layer_type]
+        layers[layer_id] = {"layer_id": layer_id, "layer_type": layer_type,
+                            "args": _layer_args(torch, spec, sub, path)}
+        layer_paths[path] = layer_id
+        return layer_id
+
+    def value(v: Any, where: str) -> Any:
+        if isinstance(v, torch.fx.Node):
+            if v.name in dropped:
+                raise NetworkError(f"{where} uses the concrete argument {v.name!r} as a value")
+            return v.name
+        if v is Ellipsis:
+            return "..."
+        if isinstance(v, slice):
+            parts = [v.start, v.stop, v.step]
+            if not all(p is None or (isinstance(p, int) and not isinstance(p, bool))
+                       for p in parts):
+                raise NetworkError(f"{where}: slice bounds must be integers or None, got {v!r}")
+            return {"slice": parts}
+        if isinstance(v, (tuple, list)):
+            return [value(x, where) for x in v]
+        if isinstance(v, Mapping):
+            return {str(k): value(x, where) for k, x in v.items()}
+        if isinstance(v, np.generic):
+            v = v.item()
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        raise NetworkError(f"{where}: unsupported argument value {v!r} "
+                           f"({type(v).__name__})")
+
+    for node in nodes:
+        if node.name in dropped:
+            continue
+        entry = f"node {node.name!r}"
+        if node.op == "placeholder":
+            out_nodes.append({"name": node.name, "op": "placeholder", "target": node.name})
+        elif node.op == "call_module":
+            sub = module.get_submodule(node.target)
+            if node.kwargs:
+                raise NetworkError(f"submodule {node.target!r} is called with keyword "
+                                   f"arguments {sorted(node.kwargs)}; pass them positionally",
+                                   entry=entry)
+            layer_id = add_layer(node.target, sub)
+            args = [value(a, entry) for a in node.args]
+            out_nodes.append({"name": node.name, "op": "call_module", "target": layer_id,
+                              "args": args})
+        elif node.op in ("call_function", "call_method"):
+            if node.op == "call_function":
+                target = _function_name(node.target)
+                shown = _spelling(node.target)
+            else:
+                target = node.target if canonical_function("call_method", node.target) else None
+                shown = f"method {node.target!r}"
+            if target is None:
+                raise NetworkError(
+                    f"{shown} is not in the function catalogue{_owner(node)} (supported: "
+                    f"{', '.join(sorted(FUNCTIONS))})", entry=entry)
+            out_nodes.append({
+                "name": node.name, "op": node.op, "target": target,
+                "args": [value(a, entry) for a in node.args],
+                "kwargs": {k: value(v, entry) for k, v in node.kwargs.items()},
+            })
+        elif node.op == "get_attr":
+            out_nodes.append({"name": node.name, "op": "get_attr",
+                              "target": _get_attr(torch, module, node.target, ids, add_layer,
+                                                  free, entry)})
+        elif node.op == "output":
+            result = node.args[0] if node.args else None
+            if isinstance(result, torch.fx.Node):
+                args = [value(result, entry)]
+            elif isinstance(result, (tuple, list)) and result and all(
+                    isinstance(r, torch.fx.Node) for r in result):
+                args = [[value(r, entry) for r in result]]
+            else:
+                raise NetworkError(f"the forward must return a tensor or a tuple of tensors, "
+                                   f"got {result!r}", entry=entry)
+            out_nodes.append({"name": node.name, "op": "output", "target": "output",
+                              "args": args})
+        else:  # pragma: no cover - torch.fx has no other ops
+            raise NetworkError(f"unsupported node op {node.op!r}", entry=entry)
+
+    inputs = [n["name"] for n in out_nodes if n["op"] == "placeholder"]
+    if input_ids is not None:
+        if isinstance(input_ids, str) or len(input_ids) != len(inputs):
+            raise NetworkError(f"input_ids lists {list(input_ids)!r} but the forward takes "
+                               f"{len(inputs)} input(s) ({', '.join(inputs)})",
+                               entry="input_ids")
+        inputs = list(input_ids)
+    return Network.build(net_id, inputs, list(layers.values()), out_nodes, list(free.values()))
+
+
+def _get_attr(torch: Any, module: Any, target: str, ids: _Ids, add_layer: Any,
+              free: dict[str, FreeParameter], entry: str) -> str:
+    """IR target of a ``get_attr`` node: ``layer.array`` or a free parameter id."""
+    path, _, name = target.rpartition(".")
+    owner = module.get_submodule(path) if path else module
+    tensor = getattr(owner, name, None)
+    if not isinstance(tensor, torch.Tensor):
+        raise NetworkError(f"get_attr {target!r} is not a parameter or buffer", entry=entry)
+    if path and _catalogue_type(torch, owner) is not None:
+        layer_id = add_layer(path, owner)
+        arrays = [a.name for a in LAYERS[_catalogue_type(torch, owner)].arrays]
+        if name not in arrays:
+            raise NetworkError(f"get_attr {target!r}: {name!r} is not an array of "
+                               f"{type(owner).__name__} (arrays: {', '.join(arrays)})",
+                               entry=entry)
+        return f"{layer_id}.{name}"
+    is_param = name in dict(owner.named_parameters(recurse=False))
+    is_buffer = name in dict(owner.named_buffers(recurse=False))
+    if not (is_param or is_buffer):
+        raise NetworkError(f"get_attr {target!r} is a tensor constant, not a registered "
+                           "parameter or buffer; register it with register_buffer",
+                           entry=entry)
+    group = ids.id_of(path) if path else ids.root_group
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise NetworkError(f"get_attr {target!r}: {name!r} is not a valid PEtab id",
+                           entry=entry)
+    pid = f"{group}.{name}"
+    trainable = bool(is_param and tensor.requires_grad)
+    free.setdefault(pid, FreeParameter(pid, tuple(tensor.shape), trainable))
+    return pid
+
+
+# ----------------------------------------------------------------------------- parameters
+def parameters_from_module(module: Any, network: Network) -> dict[str, dict[str, np.ndarray]]:
+    """The arrays of ``module`` in IR naming: ``{layer_id: {array_id: ndarray}}`` for every
+    layer array of ``network`` (buffers included) and every free parameter
+    (``{group: {array: ndarray}}``), with the naming of :func:`network_from_module`.
+    """
+    torch = require("torch", "torch")
+    module = _wrap_root_layer(torch, module)
+    ids = _Ids(module)
+    out: dict[str, dict[str, np.ndarray]] = {}
+
+    def owner_of(group: str, entry: str) -> Any:
+        if group == ids.root_group:
+            return module
+        path = ids.path_of(group)
+        if path is None:
+            raise NetworkError(f"the module has no submodule for {group!r}", entry=entry)
+        return module.get_submodule(path)
+
+    def array(owner: Any, name: str, entry: str) -> np.ndarray:
+        tensor = getattr(owner, name, None)
+        if not isinstance(tensor, torch.Tensor):
+            raise NetworkError(f"the module has no array {name!r} here", entry=entry)
+        return tensor.detach().cpu().numpy().copy()
+
+    for layer in network.layers.values():
+        entry = f"layer {layer.id!r}"
+        owner = owner_of(layer.id, entry)
+        arrays = layer.arrays()
+        if arrays:
+            out[layer.id] = {name: array(owner, name, entry) for name in arrays}
+    for param in network.free_parameters.values():
+        entry = f"free parameter {param.id!r}"
+        owner = owner_of(param.group, entry)
+        out.setdefault(param.group, {})[param.array] = array(owner, param.array, entry)
+    return out
