@@ -162,5 +162,17 @@ def layers_command(as_json: bool) -> None:
     console.print(table)
 
 
+def _register_commands() -> None:
+    """Commands defined in their own modules (kept small; imported at start-up because
+    click needs their options, while their heavy imports happen inside)."""
+    from petab_sciml.cli_problem import info, validate
+
+    main.add_command(validate)
+    main.add_command(info)
+
+
+_register_commands()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,110 @@
+"""``petab-sciml validate`` and ``petab-sciml info`` (registered in :mod:`petab_sciml.cli`).
+
+Exit status of ``validate``: 0 valid (warnings allowed), 1 invalid, 2 usage error.
+Neither command needs torch or jax, and neither runs code from the problem unless
+``--trust`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+_PROBLEM = click.Path(exists=True, dir_okay=False, path_type=Path)
+_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+@click.command("validate")
+@click.argument("problem", type=_PROBLEM)
+@click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
+@click.option("--trust", is_flag=True,
+              help="Load networks whose format runs code (torchscript, pytorch).")
+@click.option("--libpetab/--no-libpetab", default=True, show_default=True,
+              help="Also run libpetab-python's PEtab v2 table checks when it is installed.")
+def validate(problem: Path, as_json: bool, trust: bool, libpetab: bool) -> None:
+    """Validate a PEtab SciML problem (its YAML file).
+
+    Runs the PEtab v2 checks and every rule of the SciML specification (see
+    docs/validation.md), checks network files through their format plugins and array
+    files against the networks.  Exits 0 if valid, 1 if not.
+    """
+    from petab_sciml.problem.validate import validate_problem
+
+    report = validate_problem(problem, trust=trust, libpetab=libpetab)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_issues(report)
+    sys.exit(0 if report.ok else 1)
+
+
+def _print_issues(report) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    for issue in report.issues:
+        sev = str(issue.severity)
+        where = issue.location() or "-"
+        console.print(f"[{_STYLE[sev]}]{sev:<7}[/] [bold]{issue.code}[/] "
+                      f"{escape(where)}: {escape(issue.message)}")
+    errors, warnings = len(report.issues.errors), len(report.issues.warnings)
+    verdict = "[green]valid[/]" if report.ok else "[red]invalid[/]"
+    console.print(f"{escape(str(report.path))}: {verdict} ({errors} error(s), "
+                  f"{warnings} warning(s))")
+
+
+@click.command("info")
+@click.argument("problem", type=_PROBLEM)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--trust", is_flag=True,
+              help="Load networks whose format runs code (torchscript, pytorch).")
+def info(problem: Path, as_json: bool, trust: bool) -> None:
+    """Show a problem's networks and every parameter-table row, resolved."""
+    from petab_sciml.problem.info import problem_info
+
+    data = problem_info(problem, trust=trust)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    _print_info(data)
+
+
+def _fmt(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _print_info(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, Console().width))
+    nets = Table(title="Networks")
+    for column in ("id", "format", "hybridization", "layers", "parameters", "estimated",
+                   "inputs", "outputs", "dropout"):
+        nets.add_column(column, overflow="fold")
+    for n in data["networks"]:
+        layers = ", ".join(f"{lay['id']}:{lay['type']}" for lay in n.get("layers", [])) \
+            if n["loaded"] else "(not loaded)"
+        dropout = ", ".join(f"{k}={v:g}" for k, v in n.get("dropout", {}).items())
+        nets.add_row(n["id"], _fmt(n["format"]), n["hybridization"], layers,
+                     _fmt(n.get("parameter_count")), _fmt(n.get("estimated")),
+                     _fmt(n.get("inputs")), _fmt(n.get("outputs")), dropout)
+    console.print(nets)
+    rows = Table(title="Parameter table (resolved)")
+    for column in ("id", "entity", "targets", "elements", "wins", "nominal", "estimate",
+                   "bounds", "prior", "dropout"):
+        rows.add_column(column, overflow="fold")
+    for p in data["parameters"]:
+        bounds = "" if p["lower"] is None and p["upper"] is None else \
+            f"[{_fmt(p['lower'])}, {_fmt(p['upper'])}]"
+        rows.add_row(p["id"], _fmt(p["entity"]), ", ".join(p["targets"]), str(p["elements"]),
+                     str(p["effective_elements"]), _fmt(p["nominal"]), _fmt(p["estimate"]),
+                     bounds, _fmt(p["prior"]), _fmt(p["dropout"]))
+    console.print(rows)
+    verdict = "valid" if data["valid"] else "invalid"
+    console.print(f"{data['problem']}: {verdict} ({data['errors']} error(s), "
+                  f"{data['warnings']} warning(s); run validate for details)")

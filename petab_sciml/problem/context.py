@@ -1,0 +1,337 @@
+"""Reading a problem into one :class:`ProblemContext`: config, tables, model ids,
+networks (through the format plugins), array-file structure and mapped entities.
+
+Reading never raises for bad input: everything wrong goes to ``ctx.issues``.  Nothing
+here imports torch or jax; networks whose format runs code are loaded only with trust.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from petab_sciml.errors import ArrayFileError, MissingExtraError, PetabSciMLError
+from petab_sciml.problem.config import SPEC_FORMATS, ProblemConfig, read_config
+from petab_sciml.problem.entities import EntityError, EntityRef, check_entity, parse_entity
+from petab_sciml.problem.issues import IssueList, Severity
+from petab_sciml.problem.model import ModelError, ModelInfo, read_sbml_ids
+from petab_sciml.problem.tables import ID_RE, Row, Table, TableError, read_table
+
+CODE_FORMATS = ("torchscript", "pytorch", "equinox", "lux.jl")
+"""Formats whose loading executes code from the problem (known even without a plugin)."""
+
+
+@dataclass
+class Mapped:
+    """One mapping-table row: the PEtab id, the parsed network entity (or None for a
+    plain model entity), and where it is."""
+
+    petab_id: str
+    model_id: str
+    ref: EntityRef | None
+    row: Row
+    table: Table
+    valid: bool = True
+
+
+@dataclass
+class ArraySources:
+    """Array-file structure merged over all array files (nothing read yet)."""
+
+    parameters: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """``{net: {layer: {array: LazyArray}}}``"""
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``{input_id: {key: LazyArray}}``"""
+    input_files: dict[str, str] = field(default_factory=dict)
+    """``input_id`` -> array file name."""
+    parameter_files: dict[str, str] = field(default_factory=dict)
+    """``net`` -> array file name (first file holding it)."""
+
+
+@dataclass
+class ProblemContext:
+    path: Path
+    issues: IssueList
+    trust: bool = False
+    config: ProblemConfig | None = None
+    tables: dict[str, list[Table]] = field(default_factory=dict)
+    model: ModelInfo | None = None
+    networks: dict[str, Any] = field(default_factory=dict)
+    """Loaded networks (IR) by network id."""
+    unchecked_networks: set[str] = field(default_factory=set)
+    """Networks that could not be loaded (runs code, no plugin, invalid)."""
+    arrays: ArraySources = field(default_factory=ArraySources)
+    mapping: dict[str, Mapped] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ helpers
+    def rows(self, kind: str):
+        for table in self.tables.get(kind, []):
+            for row in table.rows:
+                yield table, row
+
+    def refs(self, kind: str) -> dict[str, EntityRef]:
+        """PEtab id -> entity for mapped network entities of ``kind``."""
+        return {pid: m.ref for pid, m in self.mapping.items()
+                if m.ref is not None and m.ref.kind == kind}
+
+    def hybridization_of(self, net_id: str) -> bool | None:
+        entry = self.config.networks.get(net_id) if self.config else None
+        return None if entry is None else entry.pre_initialization
+
+
+def load_context(path: str | Path, *, trust: bool = False,
+                 read_network: Callable[..., Any] | None = None) -> ProblemContext:
+    """Read everything; never raises for bad input."""
+    path = Path(path)
+    ctx = ProblemContext(path=path, issues=IssueList(), trust=trust)
+    ctx.config = read_config(path, ctx.issues)
+    if ctx.config is None:
+        return ctx
+    _read_tables(ctx)
+    _read_model(ctx)
+    _read_networks(ctx)
+    _read_arrays(ctx)
+    _read_mapping(ctx)
+    return ctx
+
+
+# ---------------------------------------------------------------------- tables
+def _read_tables(ctx: ProblemContext) -> None:
+    cfg = ctx.config
+    lists = dict(cfg.files)
+    lists["hybridization"] = cfg.hybridization_files
+    for kind, names in lists.items():
+        for name in names:
+            key = "hybridization_files" if kind == "hybridization" else f"{kind}_files"
+            yaml_path = f"{cfg.extension_path}.{key}" if kind == "hybridization" else key
+            target = cfg.resolve(name)
+            if not target.exists():
+                ctx.issues.add("FILE_NOT_FOUND", f"{kind} table {name!r} not found",
+                               file=cfg.path.name, path=yaml_path)
+                continue
+            try:
+                table = read_table(target, kind, name)
+            except TableError as exc:
+                ctx.issues.add("TABLE_UNREADABLE", str(exc), file=name)
+                continue
+            for column in table.missing_columns():
+                ctx.issues.add("TABLE_COLUMNS_MISSING", f"required column {column!r} is "
+                               f"missing (columns: {', '.join(table.columns)})", file=name,
+                               row=1, column=column)
+            ctx.tables.setdefault(kind, []).append(table)
+
+
+def _read_model(ctx: ProblemContext) -> None:
+    cfg = ctx.config
+    if not cfg.model_files:
+        return
+    if len(cfg.model_files) > 1:
+        ctx.issues.add("MODEL_INVALID", "only one model file is supported",
+                       file=cfg.path.name, path="model_files")
+    model_id, entry = next(iter(cfg.model_files.items()))
+    where = f"model_files.{model_id}"
+    language = str(entry.get("language", "sbml")).lower()
+    target = cfg.resolve(entry["location"])
+    if not target.exists():
+        ctx.issues.add("FILE_NOT_FOUND", f"model file {entry['location']!r} not found",
+                       file=cfg.path.name, path=f"{where}.location")
+        return
+    if language != "sbml":
+        ctx.issues.add("MODEL_INVALID", f"model language {language!r} is not supported by "
+                       "this validator (only sbml); model-dependent checks are skipped",
+                       file=cfg.path.name, path=f"{where}.language", severity=_warning())
+        return
+    try:
+        ctx.model = read_sbml_ids(target)
+    except ModelError as exc:
+        ctx.issues.add("MODEL_INVALID", str(exc), file=entry["location"])
+
+
+def _warning() -> Severity:
+    return Severity.WARNING
+
+
+# ---------------------------------------------------------------------- networks
+def _read_networks(ctx: ProblemContext) -> None:
+    from petab_sciml.plugins import format_names, get_format
+
+    cfg = ctx.config
+    installed = set(format_names())
+    for net_id, entry in cfg.networks.items():
+        if entry.location is None or entry.format is None:
+            ctx.unchecked_networks.add(net_id)
+            continue
+        fmt = entry.format.lower()
+        target = cfg.resolve(entry.location)
+        if not target.exists():
+            ctx.issues.add("FILE_NOT_FOUND", f"network file {entry.location!r} not found",
+                           file=cfg.path.name, path=f"{entry.yaml_path}.location")
+            ctx.unchecked_networks.add(net_id)
+            continue
+        if fmt not in installed:
+            ctx.unchecked_networks.add(net_id)
+            if fmt in SPEC_FORMATS:
+                runs = " (its loading runs code)" if fmt in CODE_FORMATS else ""
+                ctx.issues.add("NN_FORMAT_UNKNOWN", f"format {entry.format!r}{runs} has no "
+                               f"installed reader; network {net_id!r} cannot be checked",
+                               file=cfg.path.name, path=f"{entry.yaml_path}.format",
+                               severity=_warning())
+            else:
+                ctx.issues.add("NN_FORMAT_UNKNOWN", f"unknown network format "
+                               f"{entry.format!r}; known: {', '.join(SPEC_FORMATS)}",
+                               file=cfg.path.name, path=f"{entry.yaml_path}.format")
+            continue
+        try:
+            plugin = get_format(fmt)
+        except (PetabSciMLError, MissingExtraError, ImportError) as exc:
+            ctx.unchecked_networks.add(net_id)
+            ctx.issues.add("NN_FORMAT_UNKNOWN", f"the reader for format {entry.format!r} "
+                           f"cannot be loaded ({exc}); network {net_id!r} cannot be checked",
+                           file=cfg.path.name, path=f"{entry.yaml_path}.format",
+                           severity=_warning())
+            continue
+        if plugin.runs_code and not ctx.trust:
+            ctx.unchecked_networks.add(net_id)
+            ctx.issues.add("NN_CODE_NOT_RUN", f"format {entry.format!r} runs code from "
+                           f"{entry.location!r} when loaded; not loaded without trust "
+                           f"(--trust); checks that need network {net_id!r} are skipped",
+                           file=cfg.path.name, path=f"{entry.yaml_path}.format")
+            continue
+        try:
+            network = plugin.read(target)
+        except MissingExtraError as exc:
+            ctx.unchecked_networks.add(net_id)
+            ctx.issues.add("NN_FORMAT_UNKNOWN", f"{exc}; network {net_id!r} cannot be "
+                           "checked", file=cfg.path.name, path=f"{entry.yaml_path}.format",
+                           severity=_warning())
+            continue
+        except PetabSciMLError as exc:
+            ctx.unchecked_networks.add(net_id)
+            ctx.issues.add("NN_FILE_INVALID", _short(exc), file=entry.location,
+                           path=getattr(exc, "entry", None))
+            continue
+        except Exception as exc:  # a plugin failing on bad input is still bad input
+            ctx.unchecked_networks.add(net_id)
+            ctx.issues.add("NN_FILE_INVALID", f"cannot read network: "
+                           f"{type(exc).__name__}: {exc}", file=entry.location)
+            continue
+        if network.id != net_id:
+            ctx.issues.add("NN_MODEL_ID_MISMATCH", f"the network file names its network "
+                           f"{network.id!r}; the problem calls it {net_id!r} (used from here "
+                           "on)", file=entry.location)
+            network = dataclasses.replace(network, id=net_id)
+        ctx.networks[net_id] = network
+
+
+def _short(exc: PetabSciMLError) -> str:
+    return getattr(exc, "message", None) or str(exc)
+
+
+# ---------------------------------------------------------------------- array files
+def _read_arrays(ctx: ProblemContext) -> None:
+    from petab_sciml.arrays import check_parameters, read_array_file
+
+    cfg = ctx.config
+    src = ctx.arrays
+    for name in cfg.array_files:
+        target = cfg.resolve(name)
+        if not target.exists():
+            ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
+                           file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
+            continue
+        try:
+            data = read_array_file(target)
+        except ArrayFileError as exc:
+            entry = exc.entry or ""
+            code = "ARRAY_PYTORCH_FORMAT" if entry.startswith("metadata") else \
+                "ARRAY_FILE_INVALID"
+            ctx.issues.add(code, _short(exc), file=name, path=exc.entry)
+            continue
+        except Exception as exc:  # h5py can raise odd things on damaged files
+            ctx.issues.add("ARRAY_FILE_INVALID", f"cannot read array file: "
+                           f"{type(exc).__name__}: {exc}", file=name)
+            continue
+        for net_id, layers in data.parameters.items():
+            if net_id not in cfg.networks:
+                ctx.issues.add("ARRAY_PARAMETERS_UNKNOWN_NETWORK", f"parameters for network "
+                               f"{net_id!r}, which the problem does not define", file=name,
+                               path=f"parameters/{net_id}")
+                continue
+            network = ctx.networks.get(net_id)
+            merged = src.parameters.setdefault(net_id, {})
+            src.parameter_files.setdefault(net_id, name)
+            for layer_id, arrays in layers.items():
+                if network is not None:
+                    try:
+                        check_parameters(network, {layer_id: arrays}, file=name,
+                                         net_id=net_id, strict=False)
+                    except ArrayFileError as exc:
+                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc), file=name,
+                                       path=exc.entry)
+                        continue
+                for array_id, lazy in arrays.items():
+                    if array_id in merged.get(layer_id, {}):
+                        ctx.issues.add("ARRAY_DUPLICATE", f"{net_id}.{layer_id}.{array_id} is "
+                                       "also given by an earlier array file", file=name,
+                                       path=f"parameters/{net_id}/{layer_id}/{array_id}")
+                        continue
+                    merged.setdefault(layer_id, {})[array_id] = lazy
+        for input_id, keyed in data.inputs.items():
+            if input_id in src.inputs:
+                ctx.issues.add("ARRAY_DUPLICATE", f"input {input_id!r} is also given by "
+                               f"{src.input_files[input_id]!r}", file=name,
+                               path=f"inputs/{input_id}")
+                continue
+            src.inputs[input_id] = keyed
+            src.input_files[input_id] = name
+
+
+# ---------------------------------------------------------------------- mapping
+def _read_mapping(ctx: ProblemContext) -> None:
+    nets = set(ctx.config.networks)
+    seen_targets: dict[str, Mapped] = {}
+    for table, row in ctx.rows("mapping"):
+        pid, mid = row["petabEntityId"], row["modelEntityId"]
+        if not pid:
+            ctx.issues.add("TABLE_ID_INVALID", "empty petabEntityId", file=table.file,
+                           row=row.line, column="petabEntityId")
+            continue
+        if not ID_RE.match(pid):
+            ctx.issues.add("TABLE_ID_INVALID", f"petabEntityId {pid!r} is not a valid PEtab "
+                           "id", file=table.file, row=row.line, column="petabEntityId")
+        if pid in nets:
+            ctx.issues.add("NN_ID_AS_PETAB_ID", f"{pid!r} is a network id, which is not a "
+                           "PEtab id; map the network's entities to other ids",
+                           file=table.file, row=row.line, column="petabEntityId")
+        if pid in ctx.mapping:
+            ctx.issues.add("TABLE_DUPLICATE_ID", f"petabEntityId {pid!r} is mapped twice "
+                           f"(first on line {ctx.mapping[pid].row.line})", file=table.file,
+                           row=row.line, column="petabEntityId")
+            continue
+        try:
+            ref = parse_entity(mid, nets)
+        except EntityError as exc:
+            ctx.issues.add(exc.code, exc.message, file=table.file, row=row.line,
+                           column="modelEntityId")
+            ctx.mapping[pid] = Mapped(pid, mid, None, row, table, valid=False)
+            continue
+        mapped = Mapped(pid, mid, ref, row, table)
+        if ref is not None and ref.net in ctx.networks:
+            try:
+                mapped.ref = check_entity(ref, ctx.networks[ref.net])
+            except EntityError as exc:
+                ctx.issues.add(exc.code, exc.message, file=table.file, row=row.line,
+                               column="modelEntityId")
+                mapped.valid = False
+        ctx.mapping[pid] = mapped
+        if mapped.ref is not None and mapped.valid:
+            key = mapped.ref.canonical()
+            if key in seen_targets:
+                ctx.issues.add("MAPPING_DUPLICATE_TARGET", f"{key} is already mapped to "
+                               f"{seen_targets[key].petab_id!r}", file=table.file,
+                               row=row.line, column="modelEntityId")
+            else:
+                seen_targets[key] = mapped

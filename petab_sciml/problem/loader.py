@@ -1,0 +1,140 @@
+"""``load_problem``: a validated problem with every network built in a backend and its
+parameters where the tables say they are.
+
+The result keeps plain data next to the backend models: ``problem.parameters[net]`` is a
+:class:`~petab_sciml.problem.resolve.ResolvedNetwork` (initial values, trainable masks,
+bounds and priors per element, dropout per array, all numpy), resolved once here, so a
+simulator can use ``{net: {layer: {array: ndarray}}}`` plus masks without re-parsing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.errors import PetabSciMLError
+from petab_sciml.problem.config import ProblemConfig
+from petab_sciml.problem.context import ProblemContext
+from petab_sciml.problem.issues import IssueList
+from petab_sciml.problem.parameters import PlainParameter
+from petab_sciml.problem.resolve import ResolvedNetwork
+from petab_sciml.problem.validate import validate_problem
+
+
+class ProblemError(PetabSciMLError):
+    """The problem is invalid; ``issues`` holds every finding."""
+
+    def __init__(self, message: str, issues: IssueList):
+        super().__init__(message)
+        self.issues = issues
+
+
+@dataclass
+class Problem:
+    """A loaded PEtab SciML problem."""
+
+    path: Path
+    backend_name: str
+    backend: Any
+    dtype: str
+    config: ProblemConfig
+    context: ProblemContext
+    networks: dict[str, Any]
+    """Network IR by id."""
+    models: dict[str, Any]
+    """Backend models by network id, parameters initialised."""
+    parameters: dict[str, ResolvedNetwork]
+    plain_parameters: dict[str, PlainParameter]
+    issues: IssueList = field(default_factory=IssueList)
+
+    # ------------------------------------------------------------- plain-data views
+    def initial_parameters(self, net_id: str) -> dict[str, dict[str, np.ndarray]]:
+        """``{layer: {array: float64 ndarray}}``: the initial values (PyTorch layout)."""
+        return self.parameters[net_id].values
+
+    def trainable(self, net_id: str) -> dict[str, dict[str, np.ndarray]]:
+        return self.parameters[net_id].trainable
+
+    def bounds(self, net_id: str) -> tuple[dict, dict]:
+        r = self.parameters[net_id]
+        return r.lower, r.upper
+
+    def dropout(self, net_id: str) -> dict[str, dict[str, float]]:
+        return self.parameters[net_id].dropout
+
+    def hybridization(self, net_id: str) -> str:
+        return self.config.networks[net_id].hybridization
+
+
+def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "float64",
+                 trust: bool = False, seed: int = 0) -> Problem:
+    """Validate and load the problem at ``path`` (its YAML file).
+
+    Networks are built in ``backend`` (``"torch"`` or ``"jax"``) with ``dtype``; their
+    parameters are set from the resolved parameter table (elements the problem leaves
+    open keep the backend's seeded default initialisation).  In torch, arrays that are
+    entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
+    element-wise masks for every backend.  Raises :class:`ProblemError` if validation
+    finds errors; networks whose format runs code need ``trust=True``.
+    """
+    from petab_sciml.plugins import get_backend
+
+    report = validate_problem(path, trust=trust, read_values=True)
+    if report.issues.errors:
+        lines = "\n".join(f"  {i}" for i in report.issues.errors[:20])
+        more = len(report.issues.errors) - 20
+        raise ProblemError(f"{path}: the problem is invalid ({len(report.issues.errors)} "
+                           f"error(s)):\n{lines}" + (f"\n  ... {more} more" if more > 0 else ""),
+                           report.issues)
+    ctx = report.context
+    unchecked = sorted(ctx.unchecked_networks)
+    if unchecked:
+        raise ProblemError(f"{path}: network(s) {', '.join(unchecked)} could not be loaded "
+                           "(see the warnings; formats that run code need trust=True)",
+                           report.issues)
+    impl = get_backend(backend)
+    models: dict[str, Any] = {}
+    for net_id, network in ctx.networks.items():
+        resolved = report.resolved[net_id]
+        model = impl.build(network, dtype=dtype, seed=seed)
+        defaults = impl.get_parameters(model)
+        values = _fill_defaults(resolved, defaults)
+        model = impl.set_parameters(model, _cast(values, dtype, network), strict=False)
+        _mark_frozen(backend, model, resolved)
+        models[net_id] = model
+    return Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks), models,
+                   report.resolved, report.parameters.plain, report.issues)
+
+
+def _fill_defaults(resolved: ResolvedNetwork, defaults: dict) -> dict:
+    values = resolved.values
+    for layer, arrays in resolved.from_backend.items():
+        for array, mask in arrays.items():
+            base = np.asarray(defaults[layer][array], dtype=np.float64)
+            values[layer][array] = np.where(mask, base, values[layer][array])
+    return values
+
+
+def _cast(values: dict, dtype: str, network: Any) -> dict:
+    infos = network.parameter_arrays()
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for layer, arrays in values.items():
+        out[layer] = {}
+        for array, value in arrays.items():
+            fixed = infos[layer][array].dtype
+            out[layer][array] = np.asarray(value).astype(fixed or dtype)
+    return out
+
+
+def _mark_frozen(backend: str, model: Any, resolved: ResolvedNetwork) -> None:
+    if backend != "torch" or not hasattr(model, "named_parameters"):
+        return
+    params = dict(model.named_parameters())
+    for layer, arrays in resolved.trainable.items():
+        for array, mask in arrays.items():
+            p = params.get(f"{layer}.{array}")
+            if p is not None and not mask.any():
+                p.requires_grad_(False)

@@ -1,0 +1,1 @@
+"""The invalid-problem corpus: mutations of official suite problems, applied at test time."""
