@@ -1,0 +1,691 @@
+"""PEtab math expressions: parse into sympy, compile into pure array functions.
+
+Two halves:
+
+* :func:`parse` turns a PEtab v2 math string (observable and noise formulas, condition
+  values, hybridization ``targetValue``) into a sympy expression with a small hand-written
+  parser that follows libpetab's ANTLR grammar (``PetabMathExprParser.g4``).  Nothing is
+  ever ``eval``-ed, and every identifier becomes a plain :class:`sympy.Symbol` -- ``gamma``,
+  ``beta``, ``E``, ``I`` or ``S`` are model symbols, not sympy functions or constants.
+* :func:`compile_expressions` (and :func:`compile_jax` / :func:`compile_torch` /
+  :func:`compile_numpy`) turns a list of sympy expressions into one straight-line
+  Python function ``f(t, *arrays) -> array`` for a backend.  Symbols are read from the
+  argument arrays by position (``arrays[g][..., i]``); the function has no Python loop over
+  symbols, works on leading batch dimensions, is ``jax.jit``/``vmap``/``grad``-able and
+  differentiable by torch autograd.
+
+Operators (tightest first): ``^`` (right-associative; ``**`` is accepted as a synonym for
+PEtab v1 tables), prefix ``+``/``-``, prefix ``!``, ``*``/``/``, ``+``/``-``, comparisons
+``< <= > >= == !=``, then ``&&``/``||`` (same level, left-associative).  Functions:
+``exp sqrt log(x) log(x, base) ln log2 log10 pow abs sign min max floor ceil``,
+the trigonometric and hyperbolic functions and their ``arc`` inverses
+(``sin ... csc``, ``arcsin ... arccsc``, ``sinh ... csch``, ``arcsinh ... arccsch``) and
+``piecewise(v1, c1, v2, c2, ..., otherwise)``.  Literals: numbers, ``inf``, ``nan``,
+``true``, ``false``; ``time`` is the simulation time (:data:`TIME`).  Booleans used as
+numbers are 1/0, numbers used as conditions are ``!= 0`` (as in PEtab).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import sympy
+from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
+
+from petab_sciml.errors import PetabSciMLError
+
+__all__ = [
+    "TIME",
+    "ExpressionError",
+    "parse",
+    "as_expression",
+    "free_symbol_names",
+    "bool_to_number",
+    "number_to_boolean",
+    "sympy_number",
+    "compile_expressions",
+    "compile_jax",
+    "compile_torch",
+    "compile_numpy",
+]
+
+TIME = sympy.Symbol("time")
+"""The simulation time (``time`` in PEtab math, ``<csymbol time>`` in SBML)."""
+
+
+class ExpressionError(PetabSciMLError):
+    """A math expression cannot be parsed or compiled."""
+
+
+# ---------------------------------------------------------------------------------------
+# Parser
+# ---------------------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<op>\*\*|&&|\|\||<=|>=|==|!=|[-+*/^(),<>!])
+    """,
+    re.VERBOSE,
+)
+
+_TRIG = {
+    "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
+    "sec": sympy.sec, "csc": sympy.csc, "cot": sympy.cot,
+    "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh,
+    "sech": sympy.sech, "csch": sympy.csch, "coth": sympy.coth,
+    "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
+    "arcsec": sympy.asec, "arccsc": sympy.acsc, "arccot": sympy.acot,
+    "arcsinh": sympy.asinh, "arccosh": sympy.acosh, "arctanh": sympy.atanh,
+    "arcsech": sympy.asech, "arccsch": sympy.acsch, "arccoth": sympy.acoth,
+}  # fmt: skip
+_UNARY = {
+    "exp": sympy.exp,
+    "sqrt": sympy.sqrt,
+    "ln": sympy.log,
+    "log2": lambda x: sympy.log(x, 2),
+    "log10": lambda x: sympy.log(x, 10),
+    "abs": sympy.Abs,
+    "sign": sympy.sign,
+    "floor": sympy.floor,
+    "ceil": sympy.ceiling,
+    **_TRIG,
+}
+_LITERALS = {"inf": sympy.oo, "nan": sympy.nan, "true": sympy.true, "false": sympy.false}
+
+_BINARY_BP = {
+    "||": 10, "&&": 10,
+    "<": 20, "<=": 20, ">": 20, ">=": 20, "==": 20, "!=": 20,
+    "+": 30, "-": 30,
+    "*": 40, "/": 40,
+    "^": 60, "**": 60,
+}  # fmt: skip
+_NOT_BP = 45
+_UNARY_BP = 50
+_RELATIONS = {
+    "<": sympy.StrictLessThan,
+    "<=": sympy.LessThan,
+    ">": sympy.StrictGreaterThan,
+    ">=": sympy.GreaterThan,
+    "==": sympy.Eq,
+    "!=": sympy.Ne,
+}
+
+
+def bool_to_number(x):
+    """A sympy boolean as a number (1/0); numbers pass through."""
+    if isinstance(x, BooleanTrue):
+        return sympy.Integer(1)
+    if isinstance(x, BooleanFalse):
+        return sympy.Integer(0)
+    if isinstance(x, Boolean) and not isinstance(x, sympy.Symbol):
+        return sympy.Piecewise((sympy.Integer(1), x), (sympy.Integer(0), True))
+    return x
+
+
+def number_to_boolean(x):
+    """A sympy number as a boolean (``x != 0``); booleans pass through."""
+    if isinstance(x, Boolean) and not isinstance(x, sympy.Symbol):
+        return x
+    if x.is_zero is True:
+        return sympy.false
+    if x.is_zero is False:
+        return sympy.true
+    return sympy.Ne(x, 0)
+
+
+class _Parser:
+    def __init__(self, text: str, context: str | None):
+        self.text = text
+        self.context = context
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        while pos < len(text):
+            m = _TOKEN_RE.match(text, pos)
+            if m is None:
+                self.fail(f"unexpected character {text[pos]!r}", pos)
+            kind = m.lastgroup
+            if kind != "ws":
+                self.tokens.append((kind, m.group(), pos))
+            pos = m.end()
+        self.tokens.append(("end", "", len(text)))
+        self.i = 0
+
+    def fail(self, message: str, pos: int):
+        raise ExpressionError(f"{message} at position {pos} in {self.text!r}", entry=self.context)
+
+    def peek(self):
+        return self.tokens[self.i]
+
+    def take(self):
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def expect(self, value: str):
+        kind, text, pos = self.take()
+        if text != value or kind == "name":
+            self.fail(f"expected {value!r}, found {text or 'end of expression'!r}", pos)
+
+    def parse(self):
+        if len(self.tokens) == 1:
+            self.fail("empty expression", 0)
+        expr = self.expr(0)
+        kind, text, pos = self.peek()
+        if kind != "end":
+            self.fail(f"unexpected {text!r}", pos)
+        return expr
+
+    def expr(self, min_bp: int):
+        left = self.prefix()
+        while True:
+            kind, op, pos = self.peek()
+            if kind != "op" or op not in _BINARY_BP:
+                break
+            bp = _BINARY_BP[op]
+            if bp <= min_bp:
+                break
+            self.take()
+            # '^' is right-associative: its right operand may contain another '^'
+            right = self.expr(bp - 1 if op in ("^", "**") else bp)
+            left = self.binary(op, left, right, pos)
+        return left
+
+    def binary(self, op, left, right, pos):
+        try:
+            if op in ("&&", "||"):
+                a, b = number_to_boolean(left), number_to_boolean(right)
+                return sympy.And(a, b) if op == "&&" else sympy.Or(a, b)
+            a, b = bool_to_number(left), bool_to_number(right)
+            if op in _RELATIONS:
+                return _RELATIONS[op](a, b)
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op == "/":
+                return a / b
+            return sympy.Pow(a, b)
+        except (TypeError, ValueError) as exc:  # pragma: no cover - defensive
+            self.fail(f"cannot apply {op!r}: {exc}", pos)
+
+    def prefix(self):
+        kind, text, pos = self.take()
+        if kind == "number":
+            if re.fullmatch(r"\d+", text):
+                return sympy.Integer(int(text))
+            return sympy.Float(float(text))
+        if kind == "name":
+            nkind, ntext, _ = self.peek()
+            if nkind == "op" and ntext == "(":
+                self.take()
+                return self.call(text, pos)
+            literal = _LITERALS.get(text.lower())
+            if literal is not None:
+                return literal
+            return sympy.Symbol(text)
+        if kind == "op":
+            if text == "(":
+                inner = self.expr(0)
+                self.expect(")")
+                return inner
+            if text in ("+", "-"):
+                operand = bool_to_number(self.expr(_UNARY_BP))
+                return -operand if text == "-" else operand
+            if text == "!":
+                return sympy.Not(number_to_boolean(self.expr(_NOT_BP)))
+        self.fail(f"unexpected {text or 'end of expression'!r}", pos)
+
+    def call(self, name: str, pos: int):
+        args = []
+        if self.peek()[1] != ")":
+            while True:
+                args.append(self.expr(0))
+                if self.peek()[1] == ",":
+                    self.take()
+                    continue
+                break
+        self.expect(")")
+
+        def arity(ok: bool, want: str):
+            if not ok:
+                self.fail(f"{name}() takes {want} argument(s), got {len(args)}", pos)
+
+        if name == "piecewise":
+            arity(len(args) % 2 == 1, "an odd number (v1, c1, ..., otherwise) of")
+            pieces = [
+                (bool_to_number(v), number_to_boolean(c)) for v, c in zip(args[:-1:2], args[1:-1:2])
+            ]
+            pieces.append((bool_to_number(args[-1]), sympy.true))
+            return sympy.Piecewise(*pieces)
+        nargs = [bool_to_number(a) for a in args]
+        if name in _UNARY:
+            arity(len(args) == 1, "1")
+            return _UNARY[name](nargs[0])
+        if name == "log":
+            arity(len(args) in (1, 2), "1 or 2")
+            return sympy.log(*nargs)
+        if name == "pow":
+            arity(len(args) == 2, "2")
+            return sympy.Pow(*nargs)
+        if name in ("min", "max"):
+            arity(len(args) >= 1, "at least 1")
+            return (sympy.Min if name == "min" else sympy.Max)(*nargs)
+        self.fail(f"unknown function {name!r}", pos)
+
+
+def parse(expression: str | float | int | sympy.Basic, *, context: str | None = None):
+    """Parse a PEtab math expression into sympy.
+
+    Numbers are returned as sympy numbers; sympy objects pass through unchanged.
+    ``context`` names where the expression comes from (e.g. ``"observables.tsv: prey_o
+    observableFormula"``) and is put in front of error messages.
+
+    Raises :class:`ExpressionError` for syntax errors, unknown functions and wrong arities.
+    """
+    if isinstance(expression, sympy.Basic):
+        return expression
+    if isinstance(expression, bool):
+        return sympy.true if expression else sympy.false
+    if isinstance(expression, int):
+        return sympy.Integer(expression)
+    if isinstance(expression, float):
+        return sympy_number(expression)
+    if hasattr(expression, "dtype") and getattr(expression, "ndim", 1) == 0:  # numpy scalar
+        return sympy_number(float(expression))
+    if not isinstance(expression, str):
+        raise ExpressionError(
+            f"cannot parse {type(expression).__name__} as an expression", entry=context
+        )
+    return _Parser(expression, context).parse()
+
+
+def sympy_number(value: float):
+    """A float as a sympy number: exact Integer when integral, else a 53-bit Float."""
+    if math.isnan(value):
+        return sympy.nan
+    if math.isinf(value):
+        return sympy.oo if value > 0 else -sympy.oo
+    if value.is_integer() and abs(value) < 2**53:
+        return sympy.Integer(int(value))
+    return sympy.Float(value)
+
+
+as_expression = parse
+"""Alias of :func:`parse` (reads better for values that may already be numbers)."""
+
+
+def free_symbol_names(expr: sympy.Basic | Iterable[sympy.Basic]) -> set[str]:
+    """Names of the free symbols of one expression or of several."""
+    if isinstance(expr, sympy.Basic):
+        expr = [expr]
+    return {s.name for e in expr for s in e.free_symbols}
+
+
+# ---------------------------------------------------------------------------------------
+# Compiler
+# ---------------------------------------------------------------------------------------
+
+# sympy function class -> (jax name, torch name, numpy name) of the backend module function
+_FUNCS = {
+    sympy.exp: ("exp", "exp", "exp"),
+    sympy.log: ("log", "log", "log"),
+    sympy.sin: ("sin", "sin", "sin"),
+    sympy.cos: ("cos", "cos", "cos"),
+    sympy.tan: ("tan", "tan", "tan"),
+    sympy.asin: ("arcsin", "asin", "arcsin"),
+    sympy.acos: ("arccos", "acos", "arccos"),
+    sympy.atan: ("arctan", "atan", "arctan"),
+    sympy.sinh: ("sinh", "sinh", "sinh"),
+    sympy.cosh: ("cosh", "cosh", "cosh"),
+    sympy.tanh: ("tanh", "tanh", "tanh"),
+    sympy.asinh: ("arcsinh", "asinh", "arcsinh"),
+    sympy.acosh: ("arccosh", "acosh", "arccosh"),
+    sympy.atanh: ("arctanh", "atanh", "arctanh"),
+    sympy.Abs: ("abs", "abs", "abs"),
+    sympy.sign: ("sign", "sign", "sign"),
+    sympy.floor: ("floor", "floor", "floor"),
+    sympy.ceiling: ("ceil", "ceil", "ceil"),
+}
+# reciprocal functions: f(x) = base(1/x) or 1/base(x)
+_RECIPROCAL = {
+    sympy.sec: (sympy.cos, "outer"),
+    sympy.csc: (sympy.sin, "outer"),
+    sympy.cot: (sympy.tan, "outer"),
+    sympy.sech: (sympy.cosh, "outer"),
+    sympy.csch: (sympy.sinh, "outer"),
+    sympy.coth: (sympy.tanh, "outer"),
+    sympy.asec: (sympy.acos, "inner"),
+    sympy.acsc: (sympy.asin, "inner"),
+    sympy.acot: (sympy.atan, "inner"),
+    sympy.asech: (sympy.acosh, "inner"),
+    sympy.acsch: (sympy.asinh, "inner"),
+    sympy.acoth: (sympy.atanh, "inner"),
+}
+_BACKEND_INDEX = {"jax": 0, "torch": 1, "numpy": 2}
+
+
+def _is_boolean(expr) -> bool:
+    return isinstance(expr, Boolean) and not isinstance(expr, sympy.Symbol)
+
+
+class _Printer:
+    """sympy -> Python source for one backend; symbols map to local variable names."""
+
+    def __init__(self, backend: str, names: Mapping[sympy.Basic, str]):
+        self.col = _BACKEND_INDEX[backend]
+        self.names = names
+
+    def num(self, expr) -> str:
+        """Code of a numeric value (booleans become 1.0/0.0)."""
+        if _is_boolean(expr):
+            return f"_where({self.cond(expr)}, _one, _zero)"
+        return self.code(expr)
+
+    def arr(self, expr) -> str:
+        """Like :meth:`num` but always an array (constants broadcast to the batch)."""
+        code = self.num(expr)
+        if not expr.free_symbols and not _is_boolean(expr):
+            return f"({code} + _zero)"
+        return code
+
+    def cond(self, expr) -> str:
+        if isinstance(expr, BooleanTrue):
+            return "True"
+        if isinstance(expr, BooleanFalse):
+            return "False"
+        if not _is_boolean(expr):
+            return f"({self.code(expr)} != 0)"
+        if isinstance(expr, sympy.core.relational.Relational):
+            op = {
+                sympy.StrictLessThan: "<", sympy.LessThan: "<=",
+                sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">=",
+                sympy.Eq: "==", sympy.Ne: "!=",
+            }[type(expr)]  # fmt: skip
+            lhs, rhs = expr.args
+            return f"({self.arr(lhs)} {op} {self.num(rhs)})"
+        if isinstance(expr, sympy.And | sympy.Or | sympy.Xor):
+            fn = {sympy.And: "_and", sympy.Or: "_or", sympy.Xor: "_xor"}[type(expr)]
+            args = [self.cond(a) for a in expr.args]
+            out = args[0]
+            for a in args[1:]:
+                out = f"{fn}({out}, {a})"
+            return out
+        if isinstance(expr, sympy.Not):
+            return f"_not({self.cond(expr.args[0])})"
+        if isinstance(expr, sympy.Implies):
+            a, b = expr.args
+            return f"_or(_not({self.cond(a)}), {self.cond(b)})"
+        raise ExpressionError(f"cannot compile boolean {type(expr).__name__}: {expr}")
+
+    def code(self, expr) -> str:
+        if expr in self.names:
+            return self.names[expr]
+        if not expr.free_symbols:
+            if _is_boolean(expr):
+                return self.cond(expr)
+            if expr.has(sympy.nan, sympy.zoo):
+                return "_nan"
+            try:
+                value = complex(sympy.N(expr, 17))
+            except (TypeError, ValueError) as exc:
+                raise ExpressionError(f"cannot evaluate constant {expr}") from exc
+            if value.imag != 0 and not math.isnan(value.imag):
+                raise ExpressionError(f"constant {expr} is not real")
+            real = value.real
+            if math.isnan(real):
+                return "_nan"
+            if math.isinf(real):
+                return "_inf" if real > 0 else "(-_inf)"
+            return repr(float(real))
+        if isinstance(expr, sympy.Symbol):
+            raise ExpressionError(f"symbol {expr.name!r} is not an argument")  # pragma: no cover
+        if isinstance(expr, sympy.Add):
+            return "(" + " + ".join(self.num(a) for a in expr.args) + ")"
+        if isinstance(expr, sympy.Mul):
+            num, den = [], []
+            for a in expr.args:
+                if isinstance(a, sympy.Pow) and a.exp.is_Number and a.exp < 0:
+                    den.append(a.base if a.exp == -1 else sympy.Pow(a.base, -a.exp))
+                else:
+                    num.append(a)
+            out = " * ".join(self.num(a) for a in num) if num else "1.0"
+            if den:
+                out = f"{out} / ({' * '.join(self.num(a) for a in den)})"
+            return f"({out})"
+        if isinstance(expr, sympy.Pow):
+            base, exp = expr.args
+            b = self.num(base)
+            if exp == sympy.S.Half:
+                return f"_m.sqrt({self.arr(base)})"
+            if exp == -sympy.S.Half:
+                return f"(1.0 / _m.sqrt({self.arr(base)}))"
+            if exp == -1:
+                return f"(1.0 / {b})"
+            if exp.is_Integer:
+                return f"({b} ** {int(exp)})"
+            if base == sympy.E:
+                return f"_m.exp({self.arr(exp)})"
+            return f"({b} ** {self.num(exp)})"
+        if isinstance(expr, sympy.Piecewise):
+            out = "_nan_like"
+            for value, cond in reversed(expr.args):
+                if isinstance(cond, BooleanTrue):
+                    out = self.arr(value)
+                elif isinstance(cond, BooleanFalse):
+                    continue
+                else:
+                    out = f"_where({self.cond(cond)}, {self.arr(value)}, {out})"
+            return out
+        if isinstance(expr, sympy.Min | sympy.Max):
+            fn = "_minimum" if isinstance(expr, sympy.Min) else "_maximum"
+            args = [self.arr(a) for a in expr.args]
+            out = args[0]
+            for a in args[1:]:
+                out = f"{fn}({out}, {a})"
+            return out
+        func = type(expr)
+        if func in _RECIPROCAL:
+            base, where = _RECIPROCAL[func]
+            (arg,) = expr.args
+            if where == "outer":
+                return f"(1.0 / {self.code(base(arg, evaluate=False))})"
+            return self.code(base(1 / arg, evaluate=False))
+        if func in _FUNCS:
+            name = _FUNCS[func][self.col]
+            args = ", ".join(self.arr(a) for a in expr.args)
+            return f"_m.{name}({args})"
+        if _is_boolean(expr):
+            return self.cond(expr)
+        raise ExpressionError(f"cannot compile {func.__name__} in {expr}")
+
+
+def _namespace(backend: str) -> dict[str, Any]:
+    if backend == "jax":
+        import jax.numpy as m
+
+        ns = {
+            "_m": m,
+            "_asarray": m.asarray,
+            "_where": m.where,
+            "_minimum": m.minimum,
+            "_maximum": m.maximum,
+            "_and": m.logical_and,
+            "_or": m.logical_or,
+            "_xor": m.logical_xor,
+            "_not": m.logical_not,
+            "_stack": lambda xs: m.stack(xs, axis=-1),
+            "_empty": lambda z: m.zeros(z.shape + (0,), z.dtype),
+        }
+    elif backend == "torch":
+        import torch as m
+
+        ns = {
+            "_m": m,
+            "_asarray": m.as_tensor,
+            "_where": m.where,
+            "_minimum": m.minimum,
+            "_maximum": m.maximum,
+            "_and": m.logical_and,
+            "_or": m.logical_or,
+            "_xor": m.logical_xor,
+            "_not": m.logical_not,
+            "_stack": lambda xs: m.stack(xs, dim=-1),
+            "_empty": lambda z: m.zeros(z.shape + (0,), dtype=z.dtype, device=z.device),
+        }
+    elif backend == "numpy":
+        import numpy as m
+
+        ns = {
+            "_m": m,
+            "_asarray": lambda a: m.asarray(a, dtype=float),
+            "_where": m.where,
+            "_minimum": m.minimum,
+            "_maximum": m.maximum,
+            "_and": m.logical_and,
+            "_or": m.logical_or,
+            "_xor": m.logical_xor,
+            "_not": m.logical_not,
+            "_stack": lambda xs: m.stack(xs, axis=-1),
+            "_empty": lambda z: m.zeros(m.shape(z) + (0,), m.asarray(z).dtype),
+        }
+    else:
+        raise ValueError(f"unknown backend {backend!r}: use 'jax', 'torch' or 'numpy'")
+    ns.update({"_inf": math.inf, "_nan": math.nan})
+    return ns
+
+
+def compile_expressions(
+    exprs: Sequence[sympy.Basic | str | float],
+    args: Sequence[Sequence[str | sympy.Symbol]],
+    *,
+    backend: str,
+    name: str = "compiled_expressions",
+    cse: bool = True,
+) -> Callable[..., Any]:
+    """Compile ``exprs`` into ``f(t, *arrays) -> array`` for ``backend``.
+
+    ``args`` lists one group of symbols (names or sympy symbols) per array argument:
+    ``args=[state_ids, parameter_ids]`` gives ``f(t, x, p)``; add a group such as
+    ``["net1_output1"]`` to pass externally computed values (network outputs) as one more
+    array: ``f(t, x, p, nn)``.  ``t`` is the value of :data:`TIME` (``time``); it is
+    always the first argument, used or not.
+
+    Contract of the returned function:
+
+    * ``arrays[g]`` has the symbols of group ``g`` on its last axis
+      (``arrays[g][..., i]`` is ``args[g][i]``); leading batch dimensions broadcast
+      against each other; ``t`` is a scalar (or broadcastable to the batch).
+    * The result has shape ``batch + (len(exprs),)`` and the dtype that the inputs give
+      (constants are weakly typed Python floats, so float32 inputs stay float32).
+    * Booleans are 1.0/0.0; a ``piecewise`` without a true branch is NaN.
+    * The body is straight-line code (common subexpressions computed once); torch
+      autograd, ``jax.jit``, ``jax.grad`` and ``jax.vmap`` apply.  ``f.source`` holds the
+      generated code, ``f.args`` the symbol groups and ``f.backend`` the backend.
+
+    String expressions are parsed with :func:`parse`.  A free symbol of ``exprs`` that no
+    group names (other than ``time``) raises :class:`ExpressionError` naming it; a symbol
+    named in two groups too.
+    """
+    if backend not in _BACKEND_INDEX:
+        raise ValueError(f"unknown backend {backend!r}: use 'jax', 'torch' or 'numpy'")
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"function name {name!r} is not a plain Python identifier")
+    exprs = [parse(e) for e in exprs]
+    groups = [[sympy.Symbol(s) if isinstance(s, str) else s for s in g] for g in args]
+    names: dict[sympy.Basic, str] = {}
+    preamble: list[str] = []
+    where: dict[sympy.Basic, tuple[int, int]] = {}
+    for g, group in enumerate(groups):
+        for i, sym in enumerate(group):
+            if sym in where:
+                raise ExpressionError(
+                    f"symbol {sym} appears twice in the argument groups "
+                    f"(group {where[sym][0]} and {g})"
+                )
+            where[sym] = (g, i)
+    missing = sorted(
+        {s.name for e in exprs for s in e.free_symbols if s not in where and s != TIME}
+    )
+    if missing:
+        raise ExpressionError(
+            f"expressions use symbols that are not arguments: {', '.join(missing)}"
+        )
+    used = {s for e in exprs for s in e.free_symbols}
+    for sym in sorted(used, key=lambda s: where.get(s, (-1, -1))):
+        if sym == TIME and sym not in where:
+            names[sym] = "t"
+            continue
+        g, i = where[sym]
+        var = f"_a{g}_{i}"
+        names[sym] = var
+        preamble.append(f"    {var} = a{g}[..., {i}]")
+
+    if cse and exprs:
+        replacements, reduced = sympy.cse(
+            exprs, symbols=sympy.numbered_symbols("c", cls=sympy.Dummy), order="none"
+        )
+    else:
+        replacements, reduced = [], exprs
+    printer = _Printer(backend, names)
+    body: list[str] = []
+    for k, (sym, sub) in enumerate(replacements):
+        if _is_boolean(sub):
+            code = printer.cond(sub)
+        else:
+            code = printer.num(sub)
+        var = f"_c{k}"
+        body.append(f"    {var} = {code}")
+        names[sym] = var
+    # every output is broadcast to the common batch shape of all arguments
+    outs = [f"({printer.num(e)} + _zero)" for e in reduced]
+
+    params = ", ".join(["t"] + [f"a{g}" for g in range(len(groups))])
+    lines = [f"def {name}({params}):"]
+    lines += [f"    a{g} = _asarray(a{g})" for g in range(len(groups))]
+    if groups:
+        lines.append(
+            "    _zero = " + " + ".join(f"a{g}[..., :0].sum(-1)" for g in range(len(groups)))
+        )
+    else:
+        lines.append("    _zero = _asarray(t) * 0.0")
+    lines += ["    _one = _zero + 1.0", "    _nan_like = _zero + _nan"]
+    if TIME in used and TIME not in where:
+        lines.append("    t = _zero + t")
+    lines += preamble + body
+    if outs:
+        lines.append("    return _stack([" + ", ".join(outs) + "])")
+    else:
+        lines.append("    return _empty(_zero)")
+    source = "\n".join(lines) + "\n"
+
+    namespace = _namespace(backend)
+    exec(compile(source, f"<petab_sciml.expressions:{name}>", "exec"), namespace)  # noqa: S102
+    fn = namespace[name]
+    fn.source = source
+    fn.args = tuple(tuple(s.name for s in g) for g in groups)
+    fn.backend = backend
+    fn.expressions = tuple(exprs)
+    return fn
+
+
+def compile_jax(exprs, args, **kwargs) -> Callable[..., Any]:
+    """:func:`compile_expressions` for JAX (``jax.numpy``)."""
+    return compile_expressions(exprs, args, backend="jax", **kwargs)
+
+
+def compile_torch(exprs, args, **kwargs) -> Callable[..., Any]:
+    """:func:`compile_expressions` for PyTorch (pass tensors; numbers are converted)."""
+    return compile_expressions(exprs, args, backend="torch", **kwargs)
+
+
+def compile_numpy(exprs, args, **kwargs) -> Callable[..., Any]:
+    """:func:`compile_expressions` for numpy (reference values, scipy integrators)."""
+    return compile_expressions(exprs, args, backend="numpy", **kwargs)
