@@ -165,10 +165,12 @@ def layers_command(as_json: bool) -> None:
 def _register_commands() -> None:
     """Commands defined in their own modules (kept small; imported at start-up because
     click needs their options, while their heavy imports happen inside)."""
+    from petab_sciml.cli_convert import convert
     from petab_sciml.cli_problem import info, validate
 
     main.add_command(validate)
     main.add_command(info)
+    main.add_command(convert)
 
 
 _register_commands()

@@ -2,7 +2,7 @@
 
 Exit status of ``validate``: 0 valid (warnings allowed), 1 invalid, 2 usage error.
 Neither command needs torch or jax, and neither runs code from the problem unless
-``--trust`` is given.
+``--trust-code`` is given.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 @click.command("validate")
 @click.argument("problem", type=_PROBLEM)
 @click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
-@click.option("--trust", is_flag=True,
+@click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
 @click.option("--libpetab/--no-libpetab", default=True, show_default=True,
               help="Also run libpetab-python's PEtab v2 table checks when it is installed.")
-def validate(problem: Path, as_json: bool, trust: bool, libpetab: bool) -> None:
+def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool) -> None:
     """Validate a PEtab SciML problem (its YAML file).
 
     Runs the PEtab v2 checks and every rule of the SciML specification (see
@@ -33,7 +33,7 @@ def validate(problem: Path, as_json: bool, trust: bool, libpetab: bool) -> None:
     """
     from petab_sciml.problem.validate import validate_problem
 
-    report = validate_problem(problem, trust=trust, libpetab=libpetab)
+    report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -60,13 +60,13 @@ def _print_issues(report) -> None:
 @click.command("info")
 @click.argument("problem", type=_PROBLEM)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--trust", is_flag=True,
+@click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-def info(problem: Path, as_json: bool, trust: bool) -> None:
+def info(problem: Path, as_json: bool, trust_code: bool) -> None:
     """Show a problem's networks and every parameter-table row, resolved."""
     from petab_sciml.problem.info import problem_info
 
-    data = problem_info(problem, trust=trust)
+    data = problem_info(problem, trust_code=trust_code)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return

@@ -38,6 +38,11 @@ class ArrayFileError(PetabSciMLError):
     """A PEtab SciML HDF5 array file has a wrong layout, flag or shape."""
 
 
+class UntrustedCodeError(PetabSciMLError):
+    """Loading the file would run code from it (TorchScript, Python files) and trust was
+    not given (``trust_code=True`` in the API, ``--trust-code`` on the command line)."""
+
+
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra."""
 

@@ -55,7 +55,7 @@ class ArraySources:
 class ProblemContext:
     path: Path
     issues: IssueList
-    trust: bool = False
+    trust_code: bool = False
     config: ProblemConfig | None = None
     tables: dict[str, list[Table]] = field(default_factory=dict)
     model: ModelInfo | None = None
@@ -82,11 +82,11 @@ class ProblemContext:
         return None if entry is None else entry.pre_initialization
 
 
-def load_context(path: str | Path, *, trust: bool = False,
+def load_context(path: str | Path, *, trust_code: bool = False,
                  read_network: Callable[..., Any] | None = None) -> ProblemContext:
     """Read everything; never raises for bad input."""
     path = Path(path)
-    ctx = ProblemContext(path=path, issues=IssueList(), trust=trust)
+    ctx = ProblemContext(path=path, issues=IssueList(), trust_code=trust_code)
     ctx.config = read_config(path, ctx.issues)
     if ctx.config is None:
         return ctx
@@ -193,15 +193,18 @@ def _read_networks(ctx: ProblemContext) -> None:
                            file=cfg.path.name, path=f"{entry.yaml_path}.format",
                            severity=_warning())
             continue
-        if plugin.runs_code and not ctx.trust:
+        if plugin.runs_code and not ctx.trust_code:
             ctx.unchecked_networks.add(net_id)
             ctx.issues.add("NN_CODE_NOT_RUN", f"format {entry.format!r} runs code from "
                            f"{entry.location!r} when loaded; not loaded without trust "
-                           f"(--trust); checks that need network {net_id!r} are skipped",
+                           f"(--trust-code); checks that need network {net_id!r} are skipped",
                            file=cfg.path.name, path=f"{entry.yaml_path}.format")
             continue
         try:
-            network = plugin.read(target)
+            if plugin.runs_code:
+                network = plugin.read(target, trust_code=True, net_id=net_id)
+            else:
+                network = plugin.read(target)
         except MissingExtraError as exc:
             ctx.unchecked_networks.add(net_id)
             ctx.issues.add("NN_FORMAT_UNKNOWN", f"{exc}; network {net_id!r} cannot be "

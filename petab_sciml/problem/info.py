@@ -17,8 +17,8 @@ def _num(x: float | None) -> Any:
     return x
 
 
-def problem_info(path: str | Path, *, trust: bool = False) -> dict[str, Any]:
-    report = validate_problem(path, trust=trust)
+def problem_info(path: str | Path, *, trust_code: bool = False) -> dict[str, Any]:
+    report = validate_problem(path, trust_code=trust_code)
     return info_from_report(report)
 
 

@@ -32,9 +32,26 @@ class ProblemError(PetabSciMLError):
         self.issues = issues
 
 
+class NetworkParameters(dict):
+    """``ResolvedNetwork`` by network id (``problem.parameters["net1"]``); calling it,
+    ``problem.parameters()``, gives the nominal parameter values of the objective:
+    ``{"mech": estimated mechanistic values (parameter-table order), "nets": {net:
+    {layer: {array: ndarray}}}}`` (see :mod:`petab_sciml.simulation`)."""
+
+    problem: Any = None
+
+    def __call__(self) -> dict[str, Any]:
+        return self.problem.simulator().parameters()
+
+
 @dataclass
 class Problem:
-    """A loaded PEtab SciML problem."""
+    """A loaded PEtab SciML problem.
+
+    For training: ``problem.parameters()``, ``problem.objective(p)``,
+    ``problem.value_and_grad(p)``, ``problem.simulate(p)`` (measurement-table order), all
+    in the problem's backend (:mod:`petab_sciml.simulation`, ``docs/simulation.md``).
+    """
 
     path: Path
     backend_name: str
@@ -49,6 +66,33 @@ class Problem:
     parameters: dict[str, ResolvedNetwork]
     plain_parameters: dict[str, PlainParameter]
     issues: IssueList = field(default_factory=IssueList)
+    plan: Any = None
+    """The simulation plan (:class:`petab_sciml.simulation.SimulationPlan`), built at
+    load."""
+    _simulators: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------- objective
+    def simulator(self, backend: str | None = None, **options: Any) -> Any:
+        """The :class:`petab_sciml.simulation.Simulator` of this problem (default: the
+        problem's backend; one per backend and options, built on first use)."""
+        from petab_sciml.simulation import simulator_for
+
+        key = (backend or self.backend_name, tuple(sorted(options.items())))
+        if key not in self._simulators:
+            self._simulators[key] = simulator_for(self, key[0], **options)
+        return self._simulators[key]
+
+    def objective(self, p: Any = None) -> float:
+        """Negative log-posterior (negative log-likelihood without priors) at ``p``."""
+        return self.simulator().objective(p)
+
+    def value_and_grad(self, p: Any = None) -> tuple[float, Any]:
+        """Objective and its gradient (same structure as ``p``; frozen entries 0)."""
+        return self.simulator().value_and_grad(p)
+
+    def simulate(self, p: Any = None) -> np.ndarray:
+        """Simulated observables in measurement-table order."""
+        return self.simulator().simulate(p)
 
     # ------------------------------------------------------------- plain-data views
     def initial_parameters(self, net_id: str) -> dict[str, dict[str, np.ndarray]]:
@@ -70,7 +114,7 @@ class Problem:
 
 
 def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "float64",
-                 trust: bool = False, seed: int = 0) -> Problem:
+                 trust_code: bool = False, seed: int = 0, simulation: bool = True) -> Problem:
     """Validate and load the problem at ``path`` (its YAML file).
 
     Networks are built in ``backend`` (``"torch"`` or ``"jax"``) with ``dtype``; their
@@ -78,11 +122,15 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
     open keep the backend's seeded default initialisation).  In torch, arrays that are
     entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
     element-wise masks for every backend.  Raises :class:`ProblemError` if validation
-    finds errors; networks whose format runs code need ``trust=True``.
+    finds errors; networks whose format runs code need ``trust_code=True``.
+
+    With ``simulation`` (default) the SBML model is imported and the simulation plan
+    built here, so a model outside the supported SBML subset fails at load
+    (``UnsupportedSbmlError`` naming the element), never during a simulation.
     """
     from petab_sciml.plugins import get_backend
 
-    report = validate_problem(path, trust=trust, read_values=True)
+    report = validate_problem(path, trust_code=trust_code, read_values=True)
     if report.issues.errors:
         lines = "\n".join(f"  {i}" for i in report.issues.errors[:20])
         more = len(report.issues.errors) - 20
@@ -93,7 +141,7 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
     unchecked = sorted(ctx.unchecked_networks)
     if unchecked:
         raise ProblemError(f"{path}: network(s) {', '.join(unchecked)} could not be loaded "
-                           "(see the warnings; formats that run code need trust=True)",
+                           "(see the warnings; formats that run code need trust_code=True)",
                            report.issues)
     impl = get_backend(backend)
     models: dict[str, Any] = {}
@@ -105,8 +153,15 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
         model = impl.set_parameters(model, _cast(values, dtype, network), strict=False)
         _mark_frozen(backend, model, resolved)
         models[net_id] = model
-    return Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks), models,
-                   report.resolved, report.parameters.plain, report.issues)
+    resolved = NetworkParameters(report.resolved)
+    problem = Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks),
+                      models, resolved, report.parameters.plain, report.issues)
+    resolved.problem = problem
+    if simulation and ctx.config.model_files:
+        from petab_sciml.simulation import build_plan
+
+        problem.plan = build_plan(problem)
+    return problem
 
 
 def _fill_defaults(resolved: ResolvedNetwork, defaults: dict) -> dict:

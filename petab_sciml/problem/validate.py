@@ -1,7 +1,7 @@
 """``validate_problem``: every check, collected as issues; never raises for bad input.
 
 Validation does not execute code from the problem: networks in formats whose loading runs
-code (``NetworkFormat.runs_code``) are loaded only with ``trust=True``.
+code (``NetworkFormat.runs_code``) are loaded only with ``trust_code=True``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class ValidationReport:
         }
 
 
-def validate_problem(path: str | Path, *, trust: bool = False, read_values: bool = False,
+def validate_problem(path: str | Path, *, trust_code: bool = False, read_values: bool = False,
                      libpetab: bool = False) -> ValidationReport:
     """Validate the problem at ``path`` (its YAML file).
 
@@ -55,7 +55,7 @@ def validate_problem(path: str | Path, *, trust: bool = False, read_values: bool
     issues = IssueList()
     report = ValidationReport(path, issues)
     try:
-        ctx = load_context(path, trust=trust)
+        ctx = load_context(path, trust_code=trust_code)
     except Exception as exc:  # pragma: no cover - last line of defence
         _internal(issues, "reading the problem", exc)
         return report
