@@ -282,8 +282,19 @@ class LayerSpec:
         return {a.name: tuple(a.shape(args)) for a in self.arrays if a.present(args)}
 
     def torch_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """Resolved arguments accepted by the PyTorch constructor."""
-        return {a.name: args[a.name] for a in self.args if a.torch and a.name in args}
+        """Resolved arguments accepted by the PyTorch constructor.
+
+        One-element size lists of 1-d layers become plain ints: some PyTorch 1-d layers
+        (LPPool1d) accept only an int there.
+        """
+        out = {}
+        for a in self.args:
+            if a.torch and a.name in args:
+                value = args[a.name]
+                if a.kind.endswith(":1") and isinstance(value, (list, tuple)) and len(value) == 1:
+                    value = value[0]
+                out[a.name] = value
+        return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,143 @@
+"""Convert networks between formats (YAML, ONNX, ... any registered format).
+
+Formats are found through :mod:`petab_sciml.plugins` (by extension or by name), so new
+formats plug in without changes here.  Conventions for formats that carry weights
+(ONNX; the PyTorch formats):
+
+* their module defines ``read_with_parameters(path, **options) -> (network, params)``
+  next to ``read`` (``params`` is ``{group: {array: ndarray}}`` in PyTorch layout);
+* their ``write`` accepts ``params=`` (and may accept ``input_shapes=``).
+
+Parameters travel as PEtab SciML array files: ``params_out`` receives the weights read
+from the source, ``params_in`` supplies (or overrides) weights for a destination that
+carries them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from petab_sciml.errors import PetabSciMLError
+from petab_sciml.plugins import NetworkFormat, format_for_path
+
+__all__ = ["ConvertResult", "convert", "carries_parameters", "reader_with_parameters"]
+
+
+@dataclass
+class ConvertResult:
+    """What :func:`convert` did."""
+
+    network: Any
+    parameters: dict[str, dict[str, Any]] | None
+    src_format: str
+    dst_format: str
+    params_written: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def reader_with_parameters(fmt: NetworkFormat) -> Callable[..., Any] | None:
+    """The format's ``read_with_parameters`` (a field of the format, or a function of the
+    same name in the module that defines its ``read``), or None."""
+    fn = getattr(fmt, "read_with_parameters", None)
+    if callable(fn):
+        return fn
+    module = sys.modules.get(getattr(fmt.read, "__module__", ""), None)
+    fn = getattr(module, "read_with_parameters", None) if module is not None else None
+    return fn if callable(fn) else None
+
+
+def _accepts(fn: Callable[..., Any] | None, name: str) -> bool:
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def carries_parameters(fmt: NetworkFormat) -> tuple[bool, bool]:
+    """(reading gives weights, writing stores weights) for ``fmt``."""
+    return reader_with_parameters(fmt) is not None, _accepts(fmt.write, "params")
+
+
+def convert(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    src_format: str | None = None,
+    dst_format: str | None = None,
+    params_out: str | os.PathLike | None = None,
+    params_in: str | os.PathLike | None = None,
+    trust_code: bool = False,
+    net_id: str | None = None,
+    input_shapes: Mapping[str, Sequence[int | str | None]] | None = None,
+) -> ConvertResult:
+    """Convert the network file ``src`` to ``dst``.
+
+    Formats come from the extensions unless ``src_format``/``dst_format`` name them.
+    ``params_in`` is a PEtab SciML array file whose parameters (for ``net_id``, default
+    the network's id) replace those read from ``src``; ``params_out`` receives the
+    parameters as a PEtab SciML array file.  ``trust_code`` is needed to read formats
+    whose loading runs code from the file.  ``input_shapes`` goes to writers that accept
+    it (ONNX: fixes the graph input shapes).  Warnings from reading and writing are
+    collected in the result (and not shown).
+
+    Raises :class:`~petab_sciml.errors.PetabSciMLError` for unreadable input, an unknown
+    format, a destination that cannot be written, or ``params_out`` without parameters.
+    """
+    src, dst = Path(src), Path(dst)
+    fin = format_for_path(src, src_format)
+    fout = format_for_path(dst, dst_format)
+    if fout.write is None:
+        raise PetabSciMLError(f"the {fout.name} format is import-only; choose another "
+                              "destination format", file=dst)
+    options: dict[str, Any] = {}
+    if fin.runs_code:
+        options["trust_code"] = trust_code
+    if net_id is not None:
+        options["net_id"] = net_id
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        read_params = reader_with_parameters(fin)
+        params: dict[str, dict[str, Any]] | None = None
+        if read_params is not None:
+            network, params = read_params(src, **options)
+        else:
+            network = fin.read(src, **options)
+        if params_in is not None:
+            from petab_sciml.arrays import load_parameters
+
+            loaded = load_parameters(params_in, network, strict=False)
+            params = {g: dict(a) for g, a in (params or {}).items()}
+            for group, arrays in loaded.items():
+                params.setdefault(group, {}).update(arrays)
+        kwargs: dict[str, Any] = {}
+        if _accepts(fout.write, "params"):
+            kwargs["params"] = params
+        if input_shapes is not None and _accepts(fout.write, "input_shapes"):
+            kwargs["input_shapes"] = dict(input_shapes)
+        fout.write(network, dst, **kwargs)
+    messages = [str(w.message) for w in caught]
+    written = None
+    if params_out is not None:
+        if not params:
+            raise PetabSciMLError(
+                f"no parameters to write: the {fin.name} format carries no weights; pass "
+                "a parameter file to read (params_in / --params-in)", file=params_out)
+        from petab_sciml.arrays import save_parameters
+
+        save_parameters(params_out, network, params)
+        written = Path(params_out)
+    elif params and "params" not in kwargs:
+        messages.append(f"the {fout.name} format stores no weights: the parameters read from "
+                        f"{src.name} were not written (pass a parameter file to write them "
+                        "to)")
+    return ConvertResult(network, params, fin.name, fout.name, written, messages)
