@@ -41,6 +41,11 @@ class Backend(Protocol):
                 seed: int | None = None) -> tuple[np.ndarray, ...]:
         """Evaluate the network on ``inputs`` (one array per network input)."""
 
+    def mean_forward(self, model: Any, inputs: Sequence[np.ndarray], *, passes: int,
+                     seed: int = 0) -> tuple[np.ndarray, ...]:
+        """Mean of ``passes`` training-mode forward passes, each with fresh dropout masks
+        (the official suite's rule for stochastic networks)."""
+
     def gradients(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
                   seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Gradient of ``sum(all outputs)`` with respect to every trainable array."""

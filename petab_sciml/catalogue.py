@@ -357,6 +357,8 @@ for _name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"):
 
 
 def _conv_check(args: Mapping[str, Any]) -> str | None:
+    if args.get("padding") == "same" and any(s != 1 for s in as_tuple(args["stride"], 1)):
+        return "padding='same' needs stride 1 (as in PyTorch)"
     g = args["groups"]
     if g < 1 or args["in_channels"] % g or args["out_channels"] % g:
         return (

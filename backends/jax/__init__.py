@@ -1,0 +1,58 @@
+"""The JAX backend (equinox), registered as ``petab_sciml.backends.jax:BACKEND``.
+
+Importing this package is cheap: JAX and equinox are imported on first use, and a
+missing installation gives a one-line error naming the ``jax`` extra.
+
+Public names (loaded lazily):
+
+* ``BACKEND`` — the :class:`~petab_sciml.backend_api.Backend` object (numpy in/out),
+* ``build_model(network, dtype=, seed=, arrays=)`` — the network as a ``JaxModel``
+  (an ``equinox.Module``),
+* ``make_forward(network_or_model, train=False, dtype=)`` — ``(fn, params)``, a pure
+  forward function of ``(params, inputs)`` to jit once or call inside jitted code,
+* ``JaxModel``, ``JaxNet``, ``JaxBackend``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "JaxBackend": "backend", "JaxNet": "backend",
+    "JaxModel": "model", "build_model": "model", "make_forward": "model",
+    "convert_arrays": "model",
+}
+
+
+def _load(submodule: str) -> Any:
+    from petab_sciml.errors import require
+
+    require("jax", "jax")
+    require("equinox", "jax")
+    import importlib
+
+    return importlib.import_module(f"{__name__}.{submodule}")
+
+
+class _LazyBackend:
+    """Stands in for the backend object until a method is used (keeps imports cheap)."""
+
+    name = "jax"
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(_load("backend").BACKEND, attr)
+
+    def __repr__(self) -> str:
+        return "<petab_sciml JAX backend>"
+
+
+BACKEND = _LazyBackend()
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(_load(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BACKEND", *_LAZY]

@@ -215,10 +215,10 @@ def gradients_numpy(module: torch.nn.Module, inputs: Sequence[Any], *, train: bo
     if seed is not None:
         torch.manual_seed(seed)
     module.zero_grad(set_to_none=True)
-    if not any(p.requires_grad for p in module.parameters()):
-        return {}
     total = sum(o.sum() for o in _outputs(module(*_as_tensors(module, inputs))))
-    total.backward()
+    if isinstance(total, torch.Tensor) and total.requires_grad:
+        total.backward()
+    # Arrays the outputs do not depend on (an unused layer) get zero gradients.
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, param in module.named_parameters():
         group, _, array = key.partition(".")

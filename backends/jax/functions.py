@@ -1,0 +1,326 @@
+"""JAX implementations of the catalogue functions, with PyTorch semantics.
+
+Each implementation is called with the node's bound arguments (catalogue parameter names,
+defaults already filled in by the IR, node references replaced by arrays).  Arguments the
+catalogue marks as ignored (``inplace``, ``_stacklevel``, ``dtype``) arrive in ``**_``.
+
+Piecewise functions are written with ``jnp.where`` so that gradients at the breakpoints
+are PyTorch's (one-sided, never 0.5 from a ``max`` tie) and never NaN from an unselected
+branch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from petab_sciml.catalogue import implicit_softmax_dim
+
+from . import ops
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def _impl(name: str):
+    def register(fn):
+        FUNCTIONS[name] = fn
+        return fn
+    return register
+
+
+def _clip(x, lo, hi):
+    """Hard clipping with zero gradient at and beyond the bounds (PyTorch's hardtanh)."""
+    return jnp.where(x <= lo, lo, jnp.where(x >= hi, hi, x)).astype(x.dtype)
+
+
+def _softplus(x):
+    return jnp.logaddexp(x, jnp.zeros((), x.dtype))
+
+
+# --------------------------------------------------------------------------- activations
+@_impl("relu")
+def _relu(input, **_):
+    return jax.nn.relu(input)  # max(x, 0); gradient 0 at 0, as in PyTorch
+
+
+@_impl("relu6")
+def _relu6(input, **_):
+    return _clip(input, 0.0, 6.0)
+
+
+@_impl("hardtanh")
+def _hardtanh(input, min_val, max_val, **_):
+    return _clip(input, min_val, max_val)
+
+
+@_impl("hardswish")
+def _hardswish(input, **_):
+    x = input
+    return jnp.where(x <= -3, jnp.zeros((), x.dtype), jnp.where(x >= 3, x, x * (x + 3) / 6))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _elu_core(x, alpha, scale=1.0, input_scale=1.0):
+    neg = alpha * scale * jnp.expm1(jnp.minimum(x, 0) * input_scale)
+    return jnp.where(x > 0, scale * x, neg)
+
+
+@_impl("selu")
+def _selu(input, **_):
+    return _elu_core(input, _SELU_ALPHA, _SELU_SCALE)
+
+
+@_impl("elu")
+def _elu(input, alpha, **_):
+    return _elu_core(input, alpha)
+
+
+@_impl("celu")
+def _celu(input, alpha, **_):
+    return _elu_core(input, alpha, 1.0, 1.0 / alpha)
+
+
+@_impl("silu")
+def _silu(input, **_):
+    return input * jax.nn.sigmoid(input)
+
+
+@_impl("leaky_relu")
+def _leaky_relu(input, negative_slope, **_):
+    return jnp.where(input > 0, input, input * negative_slope)
+
+
+@_impl("gelu")
+def _gelu(input, approximate, **_):
+    x = input
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1 + jnp.tanh(inner))
+    return 0.5 * x * (1 + jax.lax.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+@_impl("logsigmoid")
+def _logsigmoid(input, **_):
+    return -_softplus(-input)
+
+
+@_impl("tanhshrink")
+def _tanhshrink(input, **_):
+    return input - jnp.tanh(input)
+
+
+@_impl("softsign")
+def _softsign(input, **_):
+    return input / (1 + jnp.abs(input))
+
+
+@_impl("softplus")
+def _softplus_fn(input, beta, threshold, **_):
+    z = input * beta
+    return jnp.where(z > threshold, input, _softplus(z) / beta)
+
+
+@_impl("tanh")
+def _tanh(input, **_):
+    return jnp.tanh(input)
+
+
+@_impl("sigmoid")
+def _sigmoid(input, **_):
+    return jax.nn.sigmoid(input)
+
+
+@_impl("hardsigmoid")
+def _hardsigmoid(input, **_):
+    x = input
+    return jnp.where(x <= -3, jnp.zeros((), x.dtype),
+                     jnp.where(x >= 3, jnp.ones((), x.dtype), x / 6 + 0.5))
+
+
+@_impl("mish")
+def _mish(input, **_):
+    return input * jnp.tanh(_softplus(input))
+
+
+def _softmax_axis(x, dim):
+    if dim is None:
+        dim = implicit_softmax_dim(x.ndim)
+    return ops.norm_dim(dim, x.ndim, "softmax")
+
+
+@_impl("softmax")
+def _softmax(input, dim, **_):
+    if input.ndim == 0:
+        return jnp.ones_like(input)
+    return jax.nn.softmax(input, axis=_softmax_axis(input, dim))
+
+
+@_impl("log_softmax")
+def _log_softmax(input, dim, **_):
+    if input.ndim == 0:
+        return jnp.zeros_like(input)
+    return jax.nn.log_softmax(input, axis=_softmax_axis(input, dim))
+
+
+# --------------------------------------------------------------------------- arithmetic
+@_impl("add")
+def _add(input, other, alpha, **_):
+    return input + (other if alpha == 1 else alpha * other)
+
+
+@_impl("sub")
+def _sub(input, other, alpha, **_):
+    return input - (other if alpha == 1 else alpha * other)
+
+
+@_impl("mul")
+def _mul(input, other, **_):
+    return input * other
+
+
+@_impl("div")
+def _div(input, other, **_):
+    return input / other
+
+
+@_impl("neg")
+def _neg(input, **_):
+    return -input
+
+
+@_impl("pow")
+def _pow(input, exponent, **_):
+    return jnp.power(input, exponent)
+
+
+@_impl("matmul")
+def _matmul(input, other, **_):
+    return jnp.matmul(input, other)
+
+
+@_impl("exp")
+def _exp(input, **_):
+    return jnp.exp(input)
+
+
+@_impl("log")
+def _log(input, **_):
+    return jnp.log(input)
+
+
+@_impl("sqrt")
+def _sqrt(input, **_):
+    return jnp.sqrt(input)
+
+
+@_impl("abs")
+def _abs(input, **_):
+    return jnp.abs(input)
+
+
+@_impl("clamp")
+def _clamp(input, min, max, **_):  # noqa: A002 - PyTorch's parameter names
+    # PyTorch: min(max(x, min), max), gradient 1 inside the closed interval.
+    y = input
+    if min is not None:
+        y = jnp.where(y < min, jnp.asarray(min, y.dtype), y)
+    if max is not None:
+        y = jnp.where(y > max, jnp.asarray(max, y.dtype), y)
+    return y
+
+
+# --------------------------------------------------------------------------- shapes
+def _dims(value) -> tuple[int, ...]:
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+@_impl("cat")
+def _cat(tensors, dim, **_):
+    return jnp.concatenate(tensors, axis=dim)
+
+
+@_impl("stack")
+def _stack(tensors, dim, **_):
+    return jnp.stack(tensors, axis=dim)
+
+
+@_impl("flatten")
+def _flatten(input, start_dim, end_dim, **_):
+    return ops.flatten(input, start_dim, end_dim)
+
+
+@_impl("reshape")
+def _reshape(input, shape, **_):
+    return jnp.reshape(input, _dims(shape))
+
+
+@_impl("permute")
+def _permute(input, dims, **_):
+    return jnp.transpose(input, _dims(dims))
+
+
+@_impl("transpose")
+def _transpose(input, dim0, dim1, **_):
+    if input.ndim == 0:
+        return input
+    return jnp.swapaxes(input, dim0, dim1)
+
+
+@_impl("squeeze")
+def _squeeze(input, dim, **_):
+    x = input
+    if dim is None:
+        return jnp.squeeze(x)
+    axes = {ops.norm_dim(d, x.ndim, "squeeze") for d in _dims(dim)}
+    # PyTorch leaves dimensions whose size is not 1 in place.
+    axes = tuple(sorted(a for a in axes if x.ndim and x.shape[a] == 1))
+    return jnp.squeeze(x, axis=axes) if axes else x
+
+
+@_impl("contiguous")
+def _contiguous(input, **_):
+    return input
+
+
+@_impl("unsqueeze")
+def _unsqueeze(input, dim, **_):
+    return jnp.expand_dims(input, dim)
+
+
+def _index_item(item):
+    if item == "...":
+        return Ellipsis
+    if isinstance(item, dict):
+        return slice(*item["slice"])
+    return item
+
+
+@_impl("getitem")
+def _getitem(input, index, **_):
+    if isinstance(index, (list, tuple)):
+        return input[tuple(_index_item(i) for i in index)]
+    return input[_index_item(index)]
+
+
+def _reduce_axes(dim):
+    if dim is None:
+        return None
+    axes = _dims(dim)
+    return None if not axes else axes  # PyTorch reduces over everything for dim=[]
+
+
+@_impl("sum")
+def _sum(input, dim, keepdim, **_):
+    return jnp.sum(input, axis=_reduce_axes(dim), keepdims=keepdim)
+
+
+@_impl("mean")
+def _mean(input, dim, keepdim, **_):
+    return jnp.mean(input, axis=_reduce_axes(dim), keepdims=keepdim)
