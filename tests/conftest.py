@@ -39,3 +39,12 @@ def all_suite_network_files() -> list[Path]:
     files = sorted((SUITE / "test_cases").glob("ml_model_import/*/net.yaml"))
     files += sorted((SUITE / "test_cases").glob("*/*/petab/net*.yaml"))
     return files
+
+
+# CI runs property-based tests with a fixed seed so a submission's result is reproducible;
+# locally they explore new examples on every run.
+if os.environ.get("CI"):
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True)
+    settings.load_profile("ci")

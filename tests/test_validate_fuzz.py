@@ -96,6 +96,12 @@ def _apply(folder: Path, m: tuple) -> None:
             return
         with h5py.File(files[0], "a") as h5:
             name = m[1]
+            # An earlier mutation may have turned a parent group into a dataset.
+            parts = name.split("/")
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                if parent in h5 and not isinstance(h5[parent], h5py.Group):
+                    del h5[parent]
             if name in h5:
                 del h5[name]
             if kind == "h5_set":
