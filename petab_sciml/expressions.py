@@ -569,6 +569,7 @@ def compile_expressions(
     backend: str,
     name: str = "compiled_expressions",
     cse: bool = True,
+    broadcast: bool = True,
 ) -> Callable[..., Any]:
     """Compile ``exprs`` into ``f(t, *arrays) -> array`` for ``backend``.
 
@@ -589,6 +590,11 @@ def compile_expressions(
     * The body is straight-line code (common subexpressions computed once); torch
       autograd, ``jax.jit``, ``jax.grad`` and ``jax.vmap`` apply.  ``f.source`` holds the
       generated code, ``f.args`` the symbol groups and ``f.backend`` the backend.
+
+    With ``broadcast=False`` the caller promises that all array arguments have the same
+    batch shape: outputs that use an argument are then not broadcast explicitly (fewer
+    operations per call, which matters inside ODE right-hand sides); constant outputs
+    still get the batch shape.
 
     String expressions are parsed with :func:`parse`.  A free symbol of ``exprs`` that no
     group names (other than ``time``) raises :class:`ExpressionError` naming it; a symbol
@@ -645,25 +651,35 @@ def compile_expressions(
         body.append(f"    {var} = {code}")
         names[sym] = var
     # every output is broadcast to the common batch shape of all arguments
-    outs = [f"({printer.num(e)} + _zero)" for e in reduced]
+    arg_symbols = set(where)
+    outs = [
+        printer.num(r) if not broadcast and (e.free_symbols & arg_symbols)
+        else f"({printer.num(r)} + _zero)"
+        for e, r in zip(exprs, reduced)
+    ]
+    ret = ("    return _stack([" + ", ".join(outs) + "])") if outs else \
+        "    return _empty(_zero)"
+    text = "\n".join(preamble + body + [ret])
+    uses_time = TIME in used and TIME not in where
 
     params = ", ".join(["t"] + [f"a{g}" for g in range(len(groups))])
     lines = [f"def {name}({params}):"]
     lines += [f"    a{g} = _asarray(a{g})" for g in range(len(groups))]
-    if groups:
-        lines.append(
-            "    _zero = " + " + ".join(f"a{g}[..., :0].sum(-1)" for g in range(len(groups)))
-        )
-    else:
-        lines.append("    _zero = _asarray(t) * 0.0")
-    lines += ["    _one = _zero + 1.0", "    _nan_like = _zero + _nan"]
-    if TIME in used and TIME not in where:
+    need_zero = broadcast or any(k in text for k in ("_zero", "_one", "_nan_like"))
+    if need_zero:
+        sources = range(len(groups)) if broadcast else range(min(1, len(groups)))
+        if groups:
+            lines.append("    _zero = " + " + ".join(f"a{g}[..., :0].sum(-1)" for g in sources))
+        else:
+            lines.append("    _zero = _asarray(t) * 0.0")
+    if "_one" in text:
+        lines.append("    _one = _zero + 1.0")
+    if "_nan_like" in text:
+        lines.append("    _nan_like = _zero + _nan")
+    if uses_time and broadcast:
         lines.append("    t = _zero + t")
     lines += preamble + body
-    if outs:
-        lines.append("    return _stack([" + ", ".join(outs) + "])")
-    else:
-        lines.append("    return _empty(_zero)")
+    lines.append(ret)
     source = "\n".join(lines) + "\n"
 
     namespace = _namespace(backend)

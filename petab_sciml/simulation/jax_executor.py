@@ -1,0 +1,627 @@
+"""JAX executor: the whole objective (and its gradient) as one jitted function.
+
+* The ODE is solved with diffrax (explicit adaptive ``Dopri8`` with a PID step-size
+  controller by default, ``tsit5``/``dopri5`` selectable; ``solver="kvaerno5"``
+  (implicit) for stiff models), saving at the measurement times
+  (``SaveAt(ts=...)``), no interpolation afterwards.
+* Experiments with the same number of periods are solved together with ``jax.vmap``
+  (measurement times padded to a common length; padded points are never read).
+* Pre-initialization networks run once per initial-condition group, before the solve;
+  simulation networks run inside the right-hand side and at the measurement points.
+* Everything the objective depends on is an *argument* of the jitted function (the
+  parameter vector ``w``, the default constants ``theta0`` and the data arrays), so new
+  values never retrace; only shapes are static.
+* Gradients (``sensitivity``):
+
+  - ``"forward"``: forward sensitivities ``S = dx/dp`` integrated together with the
+    states in one diffrax solve (a ``jax.custom_vjp``; the step-size control covers
+    ``S`` too, as in CVODES/AMICI, which keeps gradients accurate across kinks such as
+    ReLU); the right-hand side Jacobian comes from ``n_x`` reverse passes.  Cost grows
+    with the number of parameters; best up to a few hundred;
+  - ``"reverse"``: reverse mode through the solver (diffrax
+    ``RecursiveCheckpointAdjoint``); cost independent of the number of parameters;
+  - ``"adjoint"``: continuous adjoint (``BacksolveAdjoint``), O(1) memory in steps;
+  - ``"forward-ad"``: forward-mode AD through the solver, one tangent per free
+    parameter;
+  - ``"auto"`` (default): ``forward`` up to :data:`FORWARD_MODE_MAX` parameters with
+    explicit solvers, ``reverse`` otherwise (and always with implicit solvers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.simulation.compiled import compile_plan
+from petab_sciml.simulation.likelihood import log_likelihood, log_prior
+from petab_sciml.simulation.plan import SimulationError, SimulationPlan
+
+CHECKPOINTS: int | None = None
+"""``RecursiveCheckpointAdjoint(checkpoints=...)`` of ``sensitivity="reverse"`` (None:
+diffrax's default for ``max_steps``)."""
+FORWARD_MODE_MAX = 512
+"""``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
+``theta`` and network arrays), reverse mode above."""
+
+COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+"""XLA options of the objective's compilation: the classic CPU emitters compile these
+while-loop-heavy programs about twice as fast, with the same run time."""
+
+SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
+SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
+
+
+@dataclass(frozen=True)
+class JaxOptions:
+    solver: str = "dopri8"
+    rtol: float = 1e-8
+    atol: float = 1e-8
+    max_steps: int = 100_000
+    sensitivity: str = "auto"
+
+    def resolved_sensitivity(self, n_parameters: int) -> str:
+        if self.sensitivity == "auto":
+            if self.solver.lower().startswith("kvaerno"):
+                # an implicit solver on the sensitivity system would run Newton on
+                # n_x * (n_x + n_p) unknowns: differentiate through the solver instead
+                return "reverse"
+            return "forward" if n_parameters <= FORWARD_MODE_MAX else "reverse"
+        return self.sensitivity
+
+
+def _diffrax_solver(name: str, scan_kind: str | None = None):
+    import diffrax
+
+    table = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8,
+             "kvaerno3": diffrax.Kvaerno3, "kvaerno4": diffrax.Kvaerno4,
+             "kvaerno5": diffrax.Kvaerno5}
+    cls = table.get(name.lower())
+    if cls is None:
+        raise SimulationError(f"unknown JAX solver {name!r}; known: {', '.join(SOLVERS)}")
+    return cls(scan_kind=scan_kind) if scan_kind else cls()
+
+
+class JaxExecutor:
+    """Objective, gradient and simulations of one plan in JAX."""
+
+    backend = "jax"
+
+    def __init__(self, plan: SimulationPlan, options: JaxOptions | None = None):
+        from petab_sciml.backends.jax.model import check_dtype
+
+        check_dtype("float64")  # switches on x64 (float64 ODE solves)
+        import diffrax  # noqa: F401 - imported here (load time), not at the first trace
+        import jax.numpy as jnp
+
+        self.plan = plan
+        self.options = options or JaxOptions()
+        if self.options.sensitivity not in SENSITIVITIES:
+            raise SimulationError(f"unknown sensitivity {self.options.sensitivity!r}; use "
+                                  f"{', '.join(SENSITIVITIES)}")
+        self.sensitivity = self.options.resolved_sensitivity(
+            len(plan.theta_ids) + plan.n_w)
+        self.fns = compile_plan(plan, "jax")
+        self._forwards = self._networks()
+        self.data = {k: jnp.asarray(v) for k, v in self._data_arrays().items()}
+        self.n_traces = 0
+        self._compiled: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ networks
+    def _networks(self) -> list[Any]:
+        from petab_sciml.backends.jax.model import make_forward
+
+        return [make_forward(net.network, dtype="float64")[0] for net in self.plan.networks]
+
+    def _net_arrays(self, w):
+        """Per network: (params, buffers) nested dicts sliced out of ``w``."""
+        out = []
+        for net in self.plan.networks:
+            params: dict[str, dict[str, Any]] = {}
+            buffers: dict[str, dict[str, Any]] = {}
+            for s in net.arrays:
+                value = w[s.offset: s.offset + s.size].reshape(s.shape)
+                target = params if s.ir_trainable else buffers
+                target.setdefault(s.layer, {})[s.array] = value
+            out.append((params, buffers))
+        return out
+
+    def _net_out(self, j, t, x, theta, outs, arrays, nets):
+        """Outputs (mapped ids) of network ``j``; ``outs`` holds the other groups."""
+        import jax.numpy as jnp
+
+        plan = self.plan.networks[j]
+        fn = self.fns.net_inputs[j]
+        values = fn(t, x, theta, *outs) if fn is not None else None
+        inputs = []
+        for inp in plan.inputs:
+            if inp.kind == "array":
+                inputs.append(arrays[j][inp.arg])
+            else:
+                inputs.append(values[inp.start: inp.start + inp.size].reshape(inp.shape))
+        params, buffers = nets[j]
+        result = self._forwards[j](params, tuple(inputs), buffers)
+        picked = []
+        for arg, index in plan.output_index:
+            out = result[arg]
+            block = out if index is None else out[index]
+            if block.size != 1:
+                raise SimulationError(f"network {plan.id!r}: output {arg} "
+                                      f"{'' if index is None else list(index)} has "
+                                      f"{block.size} elements; map single elements")
+            picked.append(block.reshape(()))
+        if not picked:
+            return jnp.zeros((0,), x.dtype if x is not None else theta.dtype)
+        return jnp.stack(picked)
+
+    # ------------------------------------------------------------------ data
+    def _data_arrays(self) -> dict[str, np.ndarray]:
+        plan = self.plan
+        n_theta, n_x = len(plan.theta_ids), len(plan.state_ids)
+        G = len(plan.groups_conditions)
+        d: dict[str, np.ndarray] = {}
+        d["g_t0"] = plan.group_t0.astype(np.float64)
+        kg = max((len(c) for c in plan.group_theta_changes), default=0)
+        tgt = np.full((G, kg), n_theta, np.int64)
+        src = np.zeros((G, kg), np.int64)
+        for g, changes in enumerate(plan.group_theta_changes):
+            for i, (ti, ci) in enumerate(changes):
+                tgt[g, i], src[g, i] = ti, ci
+        d["g_th_tgt"], d["g_th_src"] = tgt, src
+        for j, net in enumerate(plan.networks):
+            for inp in net.inputs:
+                if inp.kind == "array":
+                    d[f"arr_{j}_{inp.arg}"] = inp.data
+        # experiments, batched by number of periods
+        self.batches: list[tuple[int, list[int], int]] = []   # (P, experiments, N)
+        by_p: dict[int, list[int]] = {}
+        for e, exp in enumerate(plan.experiments):
+            by_p.setdefault(len(exp.periods), []).append(e)
+        x_offset, th_offset = 0, 0
+        point_of: dict[tuple[int, int, int], int] = {}
+        theta_of: dict[tuple[int, int], int] = {}
+        for b, (P, exps) in enumerate(sorted(by_p.items())):
+            N = max(1, max(len(p.times) for e in exps for p in plan.experiments[e].periods))
+            E = len(exps)
+            K = max(1, max(len(p.theta_changes) for e in exps
+                           for p in plan.experiments[e].periods))
+            K2 = max(1, max(len(p.state_changes) for e in exps
+                            for p in plan.experiments[e].periods))
+            starts = np.zeros((E, P))
+            ends = np.zeros((E, P))
+            ts = np.zeros((E, P, N))
+            th_t = np.full((E, P, K), n_theta, np.int64)
+            th_s = np.zeros((E, P, K), np.int64)
+            st_t = np.full((E, P, K2), n_x, np.int64)
+            st_s = np.zeros((E, P, K2), np.int64)
+            group = np.zeros(E, np.int64)
+            for i, e in enumerate(exps):
+                exp = plan.experiments[e]
+                group[i] = exp.group
+                for k, p in enumerate(exp.periods):
+                    starts[i, k], ends[i, k] = p.start, p.end
+                    ts[i, k, :] = p.end
+                    ts[i, k, : len(p.times)] = p.times
+                    for c, (ti, ci) in enumerate(p.theta_changes):
+                        th_t[i, k, c], th_s[i, k, c] = ti, ci
+                    for c, (xi, ci) in enumerate(p.state_changes):
+                        st_t[i, k, c], st_s[i, k, c] = xi, ci
+                    for jt in range(len(p.times)):
+                        point_of[(e, k, jt)] = x_offset + (i * P + k) * N + jt
+                    theta_of[(e, k)] = th_offset + i * P + k
+            d.update({f"b{b}_start": starts, f"b{b}_end": ends, f"b{b}_ts": ts,
+                      f"b{b}_th_tgt": th_t, f"b{b}_th_src": th_s, f"b{b}_st_tgt": st_t,
+                      f"b{b}_st_src": st_s, f"b{b}_group": group})
+            self.batches.append((P, exps, N))
+            x_offset += E * P * N
+            th_offset += E * P
+        m = plan.measurements
+        d["m_x"] = np.array([point_of[(int(e), int(k), int(j))] for e, k, j in
+                             zip(m.experiment, m.period, m.time_index)], np.int64)
+        d["m_th"] = np.array([theta_of[(int(e), int(k))] for e, k in
+                              zip(m.experiment, m.period)], np.int64)
+        d["m_group"] = np.array([plan.experiments[int(e)].group for e in m.experiment],
+                                np.int64)
+        d["m_time"] = m.time
+        d["m_value"] = m.value
+        d["m_opt"], d["m_opv"] = m.obs_par_theta, m.obs_par_value
+        d["m_npt"], d["m_npv"] = m.noise_par_theta, m.noise_par_value
+        self.obs_rows: list[tuple[int, str]] = []
+        rows = []
+        for i in range(len(plan.observable_ids)):
+            idx = np.flatnonzero(m.observable == i)
+            if idx.size:
+                d[f"obs_{i}"] = idx.astype(np.int64)
+                self.obs_rows.append((i, f"obs_{i}"))
+                rows.append(idx)
+        d["m_order"] = np.argsort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+        self.llh_groups: list[tuple[int, int, str]] = []
+        for tr in range(3):
+            for di in range(2):
+                idx = np.flatnonzero((m.transform == tr) & (m.distribution == di))
+                if idx.size:
+                    key = f"llh_{tr}_{di}"
+                    d[key] = idx.astype(np.int64)
+                    self.llh_groups.append((tr, di, key))
+        for i, (_, idx, _, _) in enumerate(plan.priors):
+            d[f"prior_{i}"] = idx
+        if self.sensitivity == "forward-ad":
+            d["free"] = plan.free_index
+        d["mech_theta"] = plan.mech_theta_index
+        return d
+
+    # ------------------------------------------------------------------ the model
+    def evaluate(self, w, theta0, data):
+        """Everything at parameter vector ``w``: a dict with ``value`` (negative
+        log-posterior), ``llh``, ``logprior``, ``simulations`` (measurement order) and
+        ``ok`` (all solves succeeded).  Pure; jit it."""
+        import jax
+        import jax.numpy as jnp
+
+        self.n_traces += 1
+        plan = self.plan
+        fns = self.fns
+        n_x, n_mech = len(plan.state_ids), plan.n_mech
+        n_out = [n.n_outputs for n in plan.networks]
+        nets = self._net_arrays(w)
+        theta_base = theta0.at[data["mech_theta"]].set(w[:n_mech])
+        zeros_x = jnp.zeros((n_x,), w.dtype)
+
+        def empty_outs():
+            return [jnp.zeros((k,), w.dtype) for k in n_out]
+
+        # -- initial-condition groups: first-period parameter changes, pre-init networks
+        G = len(plan.groups_conditions)
+        arrays_g = [{inp.arg: data[f"arr_{j}_{inp.arg}"] for inp in net.inputs
+                     if inp.kind == "array"} for j, net in enumerate(plan.networks)]
+
+        has_changes = len(plan.change_exprs) > 0
+
+        def group_fn(t0, tgt, src, arrays):
+            outs = empty_outs()
+            theta = theta_base
+            if has_changes:
+                vals = fns.changes(t0, zeros_x, theta_base, *outs)
+                theta = theta_base.at[tgt].set(vals[src], mode="drop")
+            for j, net in enumerate(plan.networks):
+                if net.pre_initialization:
+                    outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, nets)
+            return theta, [outs[j] for j, net in enumerate(plan.networks)
+                           if net.pre_initialization]
+
+        pre_ids = [j for j, net in enumerate(plan.networks) if net.pre_initialization]
+        if G:
+            theta_g, pre_g = _map(group_fn, (data["g_t0"], data["g_th_tgt"],
+                                             data["g_th_src"], arrays_g), G)
+        else:  # pragma: no cover - no measurements
+            theta_g, pre_g = jnp.zeros((0, theta0.size)), [jnp.zeros((0, k)) for k in n_out]
+
+        rhs_nets = [j for j, net in enumerate(plan.networks) if net.in_rhs]
+        solve = self._period_solver(rhs_nets, pre_ids, n_out, theta0.size, nets)
+        xs_all, th_all, ok_all = [], [], []
+        for b, (P, exps, _) in enumerate(self.batches):
+            def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, P=P):
+                theta = theta_g[group]
+                outs = empty_outs()
+                for i, j in enumerate(pre_ids):
+                    outs[j] = pre_g[i][group]
+                arrays = [{k: v[group] for k, v in a.items()} for a in arrays_g]
+                t0 = start[0]
+                x = fns.x0(t0, theta, *outs)
+                if has_changes:
+                    vals = fns.changes(t0, x, theta, *outs)
+                    x = x.at[st_t[0]].set(vals[st_s[0]], mode="drop")
+                ys, thetas, oks = [], [], []
+                for k in range(P):
+                    if k > 0 and has_changes:
+                        vals = fns.changes(start[k], x, theta, *outs)
+                        theta = theta.at[th_t[k]].set(vals[th_s[k]], mode="drop")
+                        x = x.at[st_t[k]].set(vals[st_s[k]], mode="drop")
+                    y, x, good = solve(x, theta, outs, arrays, start[k], end[k], ts[k])
+                    ys.append(y)
+                    thetas.append(theta)
+                    oks.append(good)
+                return jnp.stack(ys), jnp.stack(thetas), jnp.all(jnp.stack(oks))
+
+            batch = (data[f"b{b}_start"], data[f"b{b}_end"], data[f"b{b}_ts"],
+                     data[f"b{b}_th_tgt"], data[f"b{b}_th_src"], data[f"b{b}_st_tgt"],
+                     data[f"b{b}_st_src"], data[f"b{b}_group"])
+            ys, ths, ok = _map(experiment, batch, len(exps))
+            xs_all.append(ys.reshape(-1, n_x))
+            th_all.append(ths.reshape(-1, theta0.size))
+            ok_all.append(jnp.all(ok))
+        if not xs_all:   # no measurements
+            xs_all = [jnp.zeros((0, n_x), w.dtype)]
+            th_all = [jnp.zeros((0, theta0.size), w.dtype)]
+        X = jnp.concatenate(xs_all)[data["m_x"]]
+        TH = jnp.concatenate(th_all)[data["m_th"]]
+        t_m = data["m_time"]
+        group_m = data["m_group"]
+        outs = [jnp.zeros((t_m.shape[0], k), w.dtype) for k in n_out]
+        for i, j in enumerate(pre_ids):
+            outs[j] = pre_g[i][group_m]
+        obs_nets = [j for j, net in enumerate(plan.networks) if net.in_observables]
+        if obs_nets:
+            arrays_m = [{k: v[group_m] for k, v in a.items()} for a in arrays_g]
+
+            def point(t, x, theta, outs, arrays):
+                outs = list(outs)
+                for j in obs_nets:
+                    outs[j] = self._net_out(j, t, x, theta, outs, arrays, nets)
+                return outs
+
+            outs = jax.vmap(point)(t_m, X, TH, outs, arrays_m)
+        op = _overrides(jnp, TH, data["m_opt"], data["m_opv"])
+        npar = _overrides(jnp, TH, data["m_npt"], data["m_npv"])
+        ys, sigmas = [], []
+        for i, key in self.obs_rows:
+            idx = data[key]
+            args = (t_m[idx], X[idx], TH[idx], *(o[idx] for o in outs))
+            ys.append(fns.observables[i](*args, op[idx])[:, 0])
+            sigmas.append(fns.noise[i](*args, npar[idx])[:, 0])
+        order = data["m_order"]
+        y = jnp.concatenate(ys)[order] if ys else jnp.zeros((0,), w.dtype)
+        sigma = jnp.concatenate(sigmas)[order] if sigmas else jnp.zeros((0,), w.dtype)
+        llh = jnp.zeros((), w.dtype)
+        for tr, di, key in self.llh_groups:
+            idx = data[key]
+            llh = llh + jnp.sum(log_likelihood(jnp, data["m_value"][idx], y[idx],
+                                               sigma[idx], tr, di))
+        logprior = jnp.asarray(plan.logprior_const, w.dtype)
+        for i, (prior, _, _, _) in enumerate(plan.priors):
+            logprior = logprior + jnp.sum(log_prior(jnp, w[data[f"prior_{i}"]], prior))
+        ok = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
+        value = -(llh + logprior)
+        value = jnp.where(ok, value, jnp.inf)
+        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
+                "ok": ok}
+
+    # ------------------------------------------------------------------ ODE solves
+    def _period_solver(self, rhs_nets, pre_ids, n_out, n_theta, nets):
+        """``solve(x0, theta, outs, arrays, t0, t1, ts) -> (x(ts), x(t1), ok)``.
+
+        With ``sensitivity="forward"`` the solve is a ``jax.custom_vjp`` whose forward
+        pass integrates the forward sensitivity system ``dS/dt = df/dx S + df/dp`` along
+        with the states (one diffrax solve, no differentiation through the solver; the
+        error control covers the sensitivities too, as in CVODES/AMICI) and whose
+        backward pass contracts the cotangents with ``S``.  ``p`` gathers everything the
+        right-hand side depends on: ``theta``, the pre-initialization outputs and the
+        arrays of the networks inside the right-hand side.
+        """
+        import diffrax
+        import jax
+        import jax.numpy as jnp
+
+        fns = self.fns
+        opts = self.options
+        solver = _diffrax_solver(opts.solver)
+        n_x = len(self.plan.state_ids)
+
+        def field(t, x, theta, outs, arrays, nets_):
+            outs = list(outs)
+            for j in rhs_nets:
+                outs[j] = self._net_out(j, t, x, theta, outs, arrays, nets_)
+            return fns.rhs(t, x, theta, *outs)
+
+        def save(ts):
+            return diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
+
+        def ok_of(sol):
+            return sol.result == diffrax.RESULTS.successful
+
+        if self.sensitivity != "forward":
+            controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
+            if self.sensitivity == "forward-ad":
+                adjoint = diffrax.ForwardMode()
+            elif self.sensitivity == "adjoint":
+                adjoint = diffrax.BacksolveAdjoint(solver=_diffrax_solver(opts.solver),
+                                                   stepsize_controller=controller)
+            else:
+                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=CHECKPOINTS)
+            term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
+
+            def solve(x0, theta, outs, arrays, t0, t1, ts):
+                sol = diffrax.diffeqsolve(
+                    term, solver, t0, t1, None, x0, (theta, outs, arrays, nets),
+                    saveat=save(ts), stepsize_controller=controller,
+                    max_steps=opts.max_steps, adjoint=adjoint, throw=False)
+                return sol.ys[0], sol.ys[1][-1], ok_of(sol)
+
+            return solve
+
+        # -- forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays)
+        sizes = [n_theta] + [n_out[j] for j in pre_ids]
+        shapes = []
+        for j in rhs_nets:
+            for s in self.plan.networks[j].arrays:
+                shapes.append((j, s))
+                sizes.append(s.size)
+        offsets = np.cumsum([0] + sizes)
+        n_p = int(offsets[-1])
+        n = n_x + n_p
+
+        def unflatten(p, outs_template):
+            theta = p[: n_theta]
+            outs = list(outs_template)
+            for i, j in enumerate(pre_ids):
+                outs[j] = p[offsets[1 + i]: offsets[2 + i]]
+            nets_ = [(dict(), dict()) for _ in nets]
+            base = 1 + len(pre_ids)
+            for i, (j, s) in enumerate(shapes):
+                value = p[offsets[base + i]: offsets[base + i + 1]].reshape(s.shape)
+                target = nets_[j][0] if s.ir_trainable else nets_[j][1]
+                target.setdefault(s.layer, {})[s.array] = value
+            return theta, outs, nets_
+
+        def flatten(theta, outs):
+            parts = [theta] + [outs[j] for j in pre_ids]
+            for j, s in shapes:
+                group = nets[j][0] if s.ir_trainable else nets[j][1]
+                parts.append(group[s.layer][s.array].reshape(-1))
+            return jnp.concatenate(parts) if parts else jnp.zeros((0,))
+
+        def field_p(t, x, p, arrays, outs_template):
+            theta, outs, nets_ = unflatten(p, outs_template)
+            return field(t, x, theta, outs, arrays, nets_)
+
+        plain_term = diffrax.ODETerm(lambda t, x, a: field_p(t, x, *a))
+        controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
+
+        def aug(t, y, a):
+            x, sens = y
+            p, arrays, outs_template = a
+
+            def f(x, p):
+                return field_p(t, x, p, arrays, outs_template)
+
+            if n_x < n:
+                # dS/dt = J_x S + [0 | J_p], J from n_x reverse passes (cheaper than n
+                # forward passes when there are fewer states than parameters)
+                fx, vjp = jax.vjp(f, x, p)
+                jx, jp = jax.vmap(vjp)(jnp.eye(n_x, dtype=x.dtype))
+                ds = jx @ sens + jnp.concatenate([jnp.zeros((n_x, n_x), x.dtype), jp], 1)
+                return fx, ds
+            e = jnp.eye(n_p, n, n_x, dtype=x.dtype)
+            fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, sp)),
+                              in_axes=(1, 1), out_axes=(None, 1))(sens, e)
+            return fx, ds
+
+        aug_term = diffrax.ODETerm(aug)
+
+        # these solves are never differentiated by JAX: plain while loops
+        lax_solver = _diffrax_solver(opts.solver, scan_kind="lax")
+        lax_loop = diffrax.ForwardMode()
+
+        @jax.custom_vjp
+        def core(x0, p, arrays, outs_template, t0, t1, ts):
+            sol = diffrax.diffeqsolve(
+                plain_term, lax_solver, t0, t1, None, x0, (p, arrays, outs_template),
+                saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
+                adjoint=lax_loop, throw=False)
+            return sol.ys[0], sol.ys[1][-1], ok_of(sol)
+
+        def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
+            s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+            sol = diffrax.diffeqsolve(
+                aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
+                saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
+                adjoint=lax_loop, throw=False)
+            (ys, s_ts), (y1, s1) = sol.ys
+            out = (ys, y1[-1], ok_of(sol))
+            return out, (s_ts, s1[-1], arrays, outs_template, t0, t1, ts)
+
+        def core_bwd(res, cts):
+            s_ts, s1, arrays, outs_template, t0, t1, ts = res
+            ct_ys, ct_end, _ = cts
+            g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
+            return (g[:n_x], g[n_x:], *zeros)
+
+        core.defvjp(core_fwd, core_bwd)
+
+        def solve(x0, theta, outs, arrays, t0, t1, ts):
+            template = [jnp.zeros_like(o) for o in outs]
+            return core(x0, flatten(theta, outs), arrays, template, t0, t1, ts)
+
+        return solve
+
+    # ------------------------------------------------------------------ entry points
+    def value_and_grad_fn(self):
+        """``f(w, theta0, data) -> (outputs dict, gradient wrt w)``; pure, jittable.
+
+        The gradient covers all of ``w`` (frozen entries are dropped afterwards): the
+        compiled code is then the same for problems that differ only in which
+        parameters they estimate, so XLA's compilation cache serves all of them."""
+        import jax
+        import jax.numpy as jnp
+
+        def fn(w, theta0, data):
+            def f(w):
+                out = self.evaluate(w, theta0, data)
+                return out["value"], out
+
+            if self.sensitivity == "forward-ad":
+                free = data["free"]
+                if free.shape[0] == 0:
+                    _, out = f(w)
+                    return out, jnp.zeros_like(w)
+                basis = jnp.zeros((free.shape[0], w.shape[0]), w.dtype)
+                basis = basis.at[jnp.arange(free.shape[0]), free].set(1.0)
+                tangents, out = _jvp_all(f, w, basis)
+                return out, jnp.zeros_like(w).at[free].set(tangents)
+            (_, out), grad = jax.value_and_grad(f, has_aux=True)(w)
+            return out, grad
+
+        return fn
+
+    def value_fn(self):
+        """``f(w, theta0, data) -> outputs dict`` (no gradient); pure, jittable."""
+        def fn(w, theta0, data):
+            return self.evaluate(w, theta0, data)
+
+        return fn
+
+    def arguments(self, w: np.ndarray, theta0: np.ndarray | None = None) -> tuple:
+        import jax.numpy as jnp
+
+        theta0 = self.plan.theta0 if theta0 is None else theta0
+        return (jnp.asarray(np.asarray(w, np.float64)), jnp.asarray(theta0, jnp.float64),
+                self.data)
+
+    def compiled(self, kind: str, cache: Any = None):
+        """The jitted ``value_and_grad`` or ``value`` function (built on first use)."""
+        found = self._compiled.get(kind)
+        if found is not None:
+            return found
+        import jax
+
+        fn = self.value_and_grad_fn() if kind == "value_and_grad" else self.value_fn()
+        jitted = jax.jit(fn, compiler_options=COMPILER_OPTIONS)
+        if cache is not None:
+            jitted = cache.wrap(self, kind, jitted)
+        self._compiled[kind] = jitted
+        return jitted
+
+    def run(self, kind: str, w: np.ndarray, cache: Any = None):
+        """``value``: outputs dict; ``value_and_grad``: (outputs dict, gradient wrt the
+        free parameters, ``plan.free_index`` order)."""
+        result = self.compiled(kind, cache)(*self.arguments(w))
+        if kind == "value":
+            return result
+        out, grad = result
+        return out, np.asarray(grad)[self.plan.free_index]
+
+
+def _jvp_all(f, z, basis):
+    """Value (and aux) once, plus the directional derivative along every basis vector:
+    forward-mode gradient of a scalar function."""
+    import jax
+
+    def one(v):
+        (value, out), (tangent, _) = jax.jvp(f, (z,), (v,))
+        return tangent, out
+
+    tangents, out = jax.vmap(one, out_axes=(0, None))(basis)
+    return tangents, out
+
+
+def _map(fn, args, n):
+    """``jax.vmap(fn)(*args)``, or a plain call when there is one item: a batched
+    ``while_loop`` (diffrax under vmap) costs selects on every step."""
+    import jax
+
+    if n == 1:
+        out = fn(*jax.tree_util.tree_map(lambda a: a[0], args))
+        return jax.tree_util.tree_map(lambda a: a[None], out)
+    return jax.vmap(fn)(*args)
+
+
+def _overrides(jnp, theta, index, values):
+    """Placeholder values per measurement: ``theta[m, index]`` where index >= 0, else
+    the number."""
+    if index.shape[1] == 0:
+        return jnp.zeros((theta.shape[0], 0), theta.dtype)
+    picked = jnp.take_along_axis(theta, jnp.maximum(index, 0), axis=1)
+    return jnp.where(index >= 0, picked, values)
+

@@ -1,0 +1,166 @@
+"""The objective of a PEtab SciML problem: negative log-posterior, gradient, simulations.
+
+:class:`Simulator` puts a :class:`~petab_sciml.simulation.plan.SimulationPlan` and an
+executor (JAX or PyTorch) behind one numpy-in, numpy-out API.  Parameters are exchanged
+as ``{"mech": vector, "nets": {net: {layer: {array: ndarray}}}}``:
+
+* ``mech``: the estimated mechanistic parameters in parameter-table order
+  (:attr:`Simulator.parameter_ids`), on linear scale;
+* ``nets``: every array of every network (PyTorch layout), frozen ones included.
+
+Gradients have the same structure; elements the parameter table does not estimate
+(``estimate`` false, frozen layers, arrays or elements) are exactly zero: they are
+never differentiated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.simulation.plan import SimulationError, SimulationPlan
+
+BACKENDS = ("jax", "torch")
+
+
+@dataclass
+class Evaluation:
+    """Everything one objective evaluation gives (numpy)."""
+
+    value: float
+    """Negative log-posterior (negative log-likelihood when there are no priors)."""
+    llh: float
+    """Log-likelihood."""
+    logprior: float
+    simulations: np.ndarray
+    """Observable values in measurement-table order."""
+    ok: bool
+    grad: dict[str, Any] | None = None
+    """Gradient of :attr:`value` (same structure as the parameters), if requested."""
+    grad_flat: np.ndarray | None = field(default=None, repr=False)
+    """Gradient with respect to the free parameters (``plan.free_index`` order)."""
+
+    @property
+    def log_posterior(self) -> float:
+        return self.llh + self.logprior
+
+
+class Simulator:
+    """Objective, gradient and simulations of one problem in one backend.
+
+    ``options`` go to the executor: JAX ``solver`` (``tsit5``, ``dopri5``, ``dopri8``,
+    ``kvaerno3/4/5`` for stiff models), ``rtol``, ``atol``, ``max_steps``,
+    ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``); PyTorch
+    ``method`` (``dopri5``, ...), ``rtol``, ``atol``, ``adjoint``, ``max_steps``.  JAX
+    also takes ``cache`` (True/False) and ``cache_dir`` for the cross-process cache.
+    """
+
+    def __init__(self, plan: SimulationPlan, backend: str = "jax", **options: Any):
+        if backend not in BACKENDS:
+            raise SimulationError(f"unknown backend {backend!r}; use jax or torch")
+        self.plan = plan
+        self.backend = backend
+        cache = options.pop("cache", None)
+        cache_dir = options.pop("cache_dir", None)
+        if backend == "jax":
+            from petab_sciml.simulation.cache import ExportCache, cache_enabled
+            from petab_sciml.simulation.jax_executor import JaxExecutor, JaxOptions
+
+            self.executor = JaxExecutor(plan, JaxOptions(**options))
+            use_cache = cache_enabled() if cache is None else bool(cache)
+            self.cache = ExportCache(cache_dir) if use_cache else None
+        else:
+            from petab_sciml.simulation.torch_executor import TorchExecutor, TorchOptions
+
+            self.executor = TorchExecutor(plan, TorchOptions(**options))
+            self.cache = None
+
+    # ------------------------------------------------------------------ parameters
+    @property
+    def parameter_ids(self) -> tuple[str, ...]:
+        """Ids of the estimated mechanistic parameters (order of ``p["mech"]``)."""
+        return self.plan.mech_ids
+
+    def parameters(self) -> dict[str, Any]:
+        """Nominal values: ``{"mech": vector, "nets": {net: {layer: {array: ndarray}}}}``."""
+        return self.plan.unpack(self.plan.w0)
+
+    def trainable(self) -> dict[str, Any]:
+        """Same structure as :meth:`parameters`, True where a value is estimated."""
+        mask = self.plan.free_mask().astype(np.float64)
+        out = self.plan.unpack(mask)
+        out["mech"] = out["mech"].astype(bool)
+        for layers in out["nets"].values():
+            for arrays in layers.values():
+                for k in arrays:
+                    arrays[k] = arrays[k].astype(bool)
+        return out
+
+    def _w(self, params: Any) -> np.ndarray:
+        if params is None:
+            return self.plan.w0
+        if isinstance(params, np.ndarray) and params.ndim == 1 \
+                and params.size == self.plan.n_w:
+            return params.astype(np.float64)
+        return self.plan.pack(params)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, params: Any = None, *, grad: bool = True) -> Evaluation:
+        """Value, log-likelihood, log-prior, simulations and (optionally) the gradient,
+        from one compiled function."""
+        w = self._w(params)
+        if grad:
+            out, g = self.executor.run("value_and_grad", w, self.cache)
+        else:
+            out, g = self.executor.run("value", w, self.cache), None
+        ev = Evaluation(float(_np(out["value"])), float(_np(out["llh"])),
+                        float(_np(out["logprior"])), np.asarray(_np(out["simulations"]),
+                                                                np.float64),
+                        bool(_np(out["ok"])))
+        if g is not None:
+            g = np.asarray(_np(g), np.float64)
+            full = np.zeros(self.plan.n_w)
+            full[self.plan.free_index] = g
+            ev.grad = self.plan.unpack(full)
+            ev.grad_flat = g
+        return ev
+
+    def objective(self, params: Any = None) -> float:
+        """Negative log-posterior (negative log-likelihood without priors)."""
+        return self.evaluate(params, grad=False).value
+
+    def value_and_grad(self, params: Any = None) -> tuple[float, dict[str, Any]]:
+        ev = self.evaluate(params, grad=True)
+        return ev.value, ev.grad
+
+    def simulate(self, params: Any = None) -> np.ndarray:
+        """Observable values in measurement-table order."""
+        return self.evaluate(params, grad=False).simulations
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def n_traces(self) -> int:
+        """How often the JAX objective was traced (0 for torch)."""
+        return getattr(self.executor, "n_traces", 0)
+
+
+def _np(x: Any) -> Any:
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def simulator_for(problem: Any, backend: str | None = None, **options: Any) -> Simulator:
+    """A :class:`Simulator` of a loaded problem (its plan is built once and kept)."""
+    from petab_sciml.simulation.plan import build_plan
+
+    plan = getattr(problem, "plan", None)
+    if plan is None:
+        plan = build_plan(problem)
+        try:
+            problem.plan = plan
+        except AttributeError:  # pragma: no cover
+            pass
+    return Simulator(plan, backend or getattr(problem, "backend_name", "jax"), **options)

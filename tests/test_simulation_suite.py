@@ -1,0 +1,140 @@
+"""The official suite's SciML problem-import and initialization cases in both backends:
+log-likelihood, simulations and every gradient element against the references at the
+tolerances of each ``solutions.yaml``, and the backends against each other.
+
+Each (case, backend) is evaluated once per session (objective, gradient and
+simulations come from one compiled function) and shared by the tests below.  JAX's
+compiled objectives go to the user cache folder (``petab_sciml.simulation.cache``), so
+repeated runs skip tracing and compilation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import SUITE, requires_suite
+
+pytest.importorskip("libsbml")
+pytest.importorskip("sympy")
+
+BACKENDS = ("jax", "torch")
+
+
+def _problem_cases() -> list[Path]:
+    if SUITE is None or not SUITE.is_dir():
+        return []
+    from petab_sciml.testcases import PROBLEM_CATEGORIES, discover_problems
+
+    roots = [SUITE / "test_cases" / c for c in PROBLEM_CATEGORIES
+             if (SUITE / "test_cases" / c).is_dir()]
+    return discover_problems(roots)
+
+
+CASES = _problem_cases()
+_EVALUATIONS: dict[tuple[Path, str], tuple] = {}
+
+
+def _evaluate(case_path: Path, backend: str):
+    key = (case_path, backend)
+    if key not in _EVALUATIONS:
+        from petab_sciml.testcases import evaluate_problem_case, load_problem_case
+
+        case = load_problem_case(case_path)
+        sim, ev = evaluate_problem_case(case, backend)
+        _EVALUATIONS[key] = (case, sim, ev)
+    return _EVALUATIONS[key]
+
+
+def _id(path: Path) -> str:
+    return f"{path.parent.name}-{path.name}"
+
+
+@requires_suite
+def test_all_problem_cases_found():
+    names = {(p.parent.name, p.name) for p in CASES}
+    assert len([n for n in names if n[0] == "sciml_problem_import"]) == 18
+    assert len([n for n in names if n[0] == "initialization"]) == 2
+
+
+@requires_suite
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case_path", CASES, ids=_id)
+def test_case_matches_reference(case_path, backend):
+    from petab_sciml.testcases import check_problem_case
+
+    case, sim, ev = _evaluate(case_path, backend)
+    errors, tolerances, problems = check_problem_case(case, sim, ev)
+    assert not problems, problems
+    assert ev.ok
+    assert errors, "the case has no references"
+    if case.category == "sciml_problem_import":
+        assert {"simulations", "gradient"} <= set(errors)
+        assert {"llh", "log_posterior"} & set(errors)
+    for key, error in errors.items():
+        assert error <= tolerances[key], (key, error, tolerances[key])
+
+
+@requires_suite
+@pytest.mark.parametrize("case_path", CASES, ids=_id)
+def test_backends_agree(case_path):
+    """Log-likelihoods agree to 1e-6 relative; simulations and gradients closely."""
+    from petab_sciml.testcases import CROSS_LLH_RTOL, cross_problem
+
+    evals = [_evaluate(case_path, b)[2] for b in BACKENDS]
+    cross = cross_problem(evals)
+    assert cross["llh_rel_diff"] <= CROSS_LLH_RTOL, cross
+    assert cross["simulation_max_abs_diff"] <= 1e-5, cross
+    assert cross["gradient_max_rel_diff"] <= 1e-4, cross
+
+
+@requires_suite
+def test_frozen_layer_has_no_gradient_023():
+    case = next(p for p in CASES if p.parent.name == "sciml_problem_import"
+                and p.name == "023")
+    for backend in BACKENDS:
+        _, sim, ev = _evaluate(case, backend)
+        layer1 = ev.grad["nets"]["net1"]["layer1"]
+        assert not layer1["weight"].any() and not layer1["bias"].any()
+        assert ev.grad["nets"]["net1"]["layer2"]["weight"].any()
+        assert ev.grad_flat.size == sim.plan.n_free == 3 + 36
+
+
+@requires_suite
+def test_problem_api_001():
+    from petab_sciml.problem import load_problem
+
+    case = next(p for p in CASES if p.parent.name == "sciml_problem_import"
+                and p.name == "001")
+    problem = load_problem(case / "petab" / "problem.yaml", backend="jax")
+    p = problem.parameters()
+    assert list(p) == ["mech", "nets"]
+    assert problem.simulator().parameter_ids == ("alpha", "delta", "beta")
+    np.testing.assert_array_equal(p["mech"], [1.3, 1.8, 0.9])
+    assert p["nets"]["net1"]["layer1"]["weight"].shape == (5, 2)
+    # problem.parameters["net1"] stays the resolved network (plain data)
+    assert problem.parameters["net1"].n_trainable == 51
+    value, grad = problem.value_and_grad(p)
+    assert value == pytest.approx(-33.02909543616689, abs=1e-3)
+    assert grad["nets"]["net1"]["layer3"]["bias"].shape == (1,)
+    sims = problem.simulate(p)
+    assert sims.shape == (20,)
+
+
+@requires_suite
+def test_cli_runs_problem_cases_on_both_backends():
+    from click.testing import CliRunner
+
+    from petab_sciml.cli import main
+
+    cases = [p for p in CASES if p.name in ("002", "003")
+             and p.parent.name == "sciml_problem_import"]
+    result = CliRunner().invoke(main, ["test-cases", "run", *map(str, cases), "--backend",
+                                       "all", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["failed"] == 0 and len(data["problems"]) == 4
+    assert all(r["cross"]["llh_rel_diff"] <= 1e-6 for r in data["problems"])
