@@ -33,15 +33,19 @@ def test_cases() -> None:
               help="Backend to run: a name (torch, jax) or 'all' for every installed one "
                    "with cross-backend columns.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
-              show_default=True)
+              show_default=True, help="Network cases' dtype (problem cases run in float64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--suite/--no-suite", default=True, show_default=True,
-              help="Without PATHS: also run the official suite's ML-import cases.")
+              help="Without PATHS: also run the official suite's ML-import, SciML "
+                   "problem-import and initialization cases.")
 def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, as_json: bool,
               suite: bool) -> None:
     """Run the cases under PATHS (default: test_cases/ and the official suite).
 
-    The official suite is found through $PETAB_SCIML_TESTSUITE or
+    Network cases (ML import) compare outputs; problem cases (SciML problem import,
+    initialization) compare the log-likelihood, simulations and gradients (or the
+    initial network parameters) with the references at the tolerances of each
+    solutions.yaml.  The official suite is found through $PETAB_SCIML_TESTSUITE or
     ../shared/petab_sciml_testsuite.  Exits 1 if any case fails.
     """
     from rich.console import Console
@@ -60,29 +64,74 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, as_json: bool,
         suite_dir = testcases.default_suite()
         if suite and suite_dir is not None:
             roots.append(suite_dir / "test_cases" / "ml_model_import")
+            roots.extend(suite_dir / "test_cases" / c for c in testcases.PROBLEM_CATEGORIES
+                         if (suite_dir / "test_cases" / c).is_dir())
         elif suite:
             err.print(f"[yellow]official suite not found (set ${testcases.SUITE_ENV}); "
                       "running test_cases/ only[/yellow]")
     try:
         cases = testcases.discover(roots)
+        problems = testcases.discover_problems(roots)
     except PetabSciMLError as exc:
         raise click.ClickException(str(exc)) from None
     with Progress(console=err, transient=True, disable=as_json) as progress:
-        task = progress.add_task("cases", total=len(cases))
+        task = progress.add_task("cases", total=len(cases) + len(problems))
 
         def advance(name: str) -> None:
             progress.update(task, advance=1, description=Path(name).name)
 
         results = testcases.run_all(cases, backends, dtype=dtype, progress=advance)
-    failed = sum(not r.passed for r in results)
-    passed = len(results) - failed
+        problem_results = testcases.run_problems(problems, backends, progress=advance)
+    every = [*results, *problem_results]
+    failed = sum(not r.passed for r in every)
+    passed = len(every) - failed
     if as_json:
-        click.echo(json.dumps({"results": [r.to_json() for r in results], "passed": passed,
-                               "failed": failed}, indent=2))
+        click.echo(json.dumps({"results": [r.to_json() for r in results],
+                               "problems": [r.to_json() for r in problem_results],
+                               "passed": passed, "failed": failed}, indent=2))
     else:
-        _print_results(results, cross=len(backends) > 1)
+        if results:
+            _print_results(results, cross=len(backends) > 1)
+        if problem_results:
+            _print_problem_results(problem_results, cross=len(backends) > 1)
         click.echo(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
+
+
+def _print_problem_results(results: list, *, cross: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False, title="problem cases: max abs error/tolerance")
+    table.add_column("case", no_wrap=True)
+    for column in ("backend", "llh", "simulations", "gradient", "parameters", "seconds",
+                   "verdict"):
+        table.add_column(column, overflow="fold")
+    if cross:
+        table.add_column("llh rel diff")
+        table.add_column("grad rel diff")
+
+    def cell(r, key):
+        keys = ("llh", "log_posterior") if key == "llh" else (key,)
+        for k in keys:
+            if k in r.errors:
+                return f"{r.errors[k]:.1e}/{r.tolerances[k]:.0e}"
+        return "-"
+
+    for r in results:
+        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        row = [r.case, r.backend, cell(r, "llh"), cell(r, "simulations"), cell(r, "gradient"),
+               cell(r, "parameters"), f"{r.seconds:.1f}", verdict]
+        if cross:
+            row += [f"{r.cross['llh_rel_diff']:.1e}" if r.cross else "-",
+                    f"{r.cross['gradient_max_rel_diff']:.1e}" if r.cross else "-"]
+        table.add_row(*row)
+    console = Console(width=180)
+    console.print(table)
+    for r in results:
+        if r.error:
+            console.print(f"[red]{r.case} ({r.backend}):[/red] {r.error}", markup=True,
+                          highlight=False)
 
 
 def _available(backend: str) -> bool:
