@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo cases test bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+EXAMPLE := examples/lotka_volterra_ude
+
 demo: $(STAMP)
+	$(BIN)/petab-sciml validate $(EXAMPLE)/problem.yaml
+	$(BIN)/petab-sciml info $(EXAMPLE)/problem.yaml
+	$(BIN)/python $(EXAMPLE)/train.py --backend jax
+	$(BIN)/petab-sciml test-cases run test_cases --backend all
+
+cases: $(STAMP)
 	$(BIN)/petab-sciml test-cases run --backend all
 
 test: $(STAMP)
