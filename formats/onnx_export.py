@@ -36,7 +36,9 @@ def _required_opset(network: Network) -> int:
     for node in network.nodes:
         if node.function == "gelu":
             need = max(need, 20)
-        elif node.function == "mish":
+        elif node.function == "pad" and node.bound["mode"] == "circular":
+            need = max(need, 19)
+        elif node.function in ("mish", "pad"):  # Pad: axes as an input (no rank needed)
             need = max(need, 18)
     for layer in network.layers.values():
         if layer.config.get("padding_mode") == "circular":
@@ -66,6 +68,11 @@ class _Exporter:
         self.meta: dict[str, str] = {}
         self.shape_cache: dict[str, tuple | None] = {}
         self.entry = ""
+        self.bools: set[str] = set()
+        """ONNX values that are bool tensors (comparisons, and shape ops of them)."""
+        self.keep_bool = False
+        """Whether the function being exported takes bool operands as they are (else they
+        are cast to the float type, as PyTorch promotes them in arithmetic)."""
 
     # ------------------------------------------------------------------ helpers
     def error(self, message: str) -> NetworkError:
@@ -107,7 +114,10 @@ class _Exporter:
 
     def operand(self, v: Any) -> str:
         if isinstance(v, Ref):
-            return self.value[v.name]
+            name = self.value[v.name]
+            if name in self.bools and not self.keep_bool:
+                return self.op("Cast", [name], to=self.elem)
+            return name
         if isinstance(v, bool):
             raise self.error(f"boolean operand {v!r}")
         return self.const(v)
@@ -199,7 +209,9 @@ class _Exporter:
             self.used.add(out_name)
             self.nodes.append(helper.make_node("Identity", [self.value[ref.name]], [out_name],
                                                name=self.fresh(f"/{out_name}/Identity")))
-            outputs.append(helper.make_tensor_value_info(out_name, self.elem, None))
+            elem = self.onnx.TensorProto.BOOL if self.value[ref.name] in self.bools \
+                else self.elem
+            outputs.append(helper.make_tensor_value_info(out_name, elem, None))
         graph = helper.make_graph(self.nodes, network.id, self.inputs, outputs,
                                   list(self.inits.values()))
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
@@ -321,7 +333,23 @@ def _export_layer(ex: _Exporter, layer: Any, ins: list[str]) -> str:
         return _flatten(ex, ins[0], c["start_dim"], c["end_dim"])
     if t in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"):
         return ex.op("Dropout", [ins[0], ex.const(float(c["p"]), name="ratio")])
+    if t == "PReLU":
+        return _prelu(ex, layer, ins[0])
     raise ex.error(f"layer type {t} has no ONNX export")  # pragma: no cover
+
+
+def _prelu(ex: _Exporter, layer: Any, x: str) -> str:
+    """PRelu with PyTorch's (C,) weight reshaped to broadcast over axis 1 (C, 1, ..., 1)."""
+    w = ex.init(layer.id, "weight")
+    n = int(layer.config["num_parameters"])
+    if n == 1:
+        if ex.rank(x) == 0:  # a (1,) slope does not broadcast to a 0-d input
+            w = ex.op("Reshape", [w, ex.ints([], "shape")])
+        return ex.op("PRelu", [x, w])
+    r = ex.need_rank(x, "PReLU with several parameters")
+    if r > 2:
+        w = _channel(ex, w, r)
+    return ex.op("PRelu", [x, w])
 
 
 def _conv_pads(layer: Any) -> tuple[list[int], list[int]]:
@@ -525,11 +553,35 @@ def _flatten_dynamic(ex: _Exporter, x: str, start: int, end: int) -> str:
 
 
 # ============================================================================ functions
+_SHAPE_FUNCTIONS = {"flatten", "reshape", "permute", "transpose", "squeeze", "unsqueeze",
+                    "contiguous", "getitem", "cat", "stack", "flip"}
+"""Functions that move elements only: bool in, bool out (as in PyTorch)."""
+_COMPARE_OPS = {"gt": "Greater", "lt": "Less", "ge": "GreaterOrEqual", "le": "LessOrEqual",
+                "eq": "Equal"}
+
+
+def _is_bool(ex: _Exporter, v: Any) -> bool:
+    return isinstance(v, Ref) and ex.value[v.name] in ex.bools
+
+
 def _export_function(ex: _Exporter, fn: str, b: Mapping[str, Any]) -> str:
     handler = _FUNCTIONS.get(fn)
     if handler is None:  # pragma: no cover - every catalogue function has one
         raise ex.error(f"function {fn} has no ONNX export")
-    return handler(ex, b)
+    refs = [v for p, v in b.items() if p != "condition"]
+    refs = [r for v in refs for r in (v if isinstance(v, tuple) else (v,))
+            if isinstance(r, Ref)]
+    all_bool = bool(refs) and all(_is_bool(ex, r) for r in refs)
+    if fn == "where":
+        all_bool = _is_bool(ex, b["input"]) and _is_bool(ex, b["other"])
+    ex.keep_bool = all_bool and (fn in _SHAPE_FUNCTIONS or fn in ("eq", "where"))
+    try:
+        out = handler(ex, b)
+    finally:
+        ex.keep_bool = False
+    if fn in _COMPARE_OPS or (all_bool and (fn in _SHAPE_FUNCTIONS or fn == "where")):
+        ex.bools.add(out)
+    return out
 
 
 def _x(ex: _Exporter, b: Mapping[str, Any]) -> str:
@@ -648,9 +700,9 @@ def _squeeze(ex: _Exporter, b: Mapping[str, Any]) -> str:
 
 def _reduce_fn(op: str):
     def fn(ex: _Exporter, b: Mapping[str, Any]) -> str:
-        dim = b["dim"]
-        return _reduce(ex, op, _x(ex, b), None if dim is None else _dims(dim),
-                       bool(b["keepdim"]))
+        dim = b["dim"]  # None or [] (PyTorch): every axis
+        axes = None if dim is None else _dims(dim)
+        return _reduce(ex, op, _x(ex, b), axes or None, bool(b["keepdim"]))
     return fn
 
 
@@ -733,6 +785,67 @@ def _reshape(ex: _Exporter, b: Mapping[str, Any]) -> str:
     return ex.op("Reshape", [_x(ex, b), ex.ints(_dims(b["shape"]), "shape")])
 
 
+def _compare(op: str):
+    return lambda ex, b: ex.op(op, [ex.operand(b["input"]), ex.operand(b["other"])])
+
+
+def _where(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    cond = ex.value[b["condition"].name]
+    if cond not in ex.bools:
+        raise ex.error("the condition of where must be a comparison (a bool tensor)")
+    return ex.op("Where", [cond, ex.operand(b["input"]), ex.operand(b["other"])])
+
+
+def _prod(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    dim = b["dim"]
+    return _reduce(ex, "ReduceProd", _x(ex, b), None if dim is None else [int(dim)],
+                   bool(b["keepdim"]))
+
+
+def _flip(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    dims = _dims(b["dims"])
+    x = _x(ex, b)
+    if not dims:
+        return ex.op("Identity", [x])
+    k = len(dims)
+    return ex.op("Slice", [x, ex.ints([-1] * k, "starts"), ex.ints([-_INT64_MAX - 1] * k, "ends"),
+                           ex.ints(dims), ex.ints([-1] * k, "steps")])
+
+
+_ONNX_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+                   "circular": "wrap"}
+
+
+def _pad(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    x = _x(ex, b)
+    pad = [int(p) for p in b["pad"]]
+    mode = b["mode"]
+    if mode != "constant" and any(p < 0 for p in pad):
+        raise ex.error(f"negative pads in {mode} mode have no ONNX equivalent")
+    if mode == "circular" and ex.opset < 19:
+        raise ex.error("circular padding needs opset 19 or newer")
+    k = len(pad) // 2
+    begins, ends = pad[0::2], pad[1::2]  # last axis first
+    if ex.opset >= 18:
+        args = [x, ex.ints(begins + ends, "pads")]
+        axes = ex.ints([-1 - i for i in range(k)])
+    else:
+        r = ex.need_rank(x, "pad at opset 17")
+        full_b, full_e = [0] * r, [0] * r
+        for i in range(k):
+            full_b[r - 1 - i], full_e[r - 1 - i] = begins[i], ends[i]
+        args = [x, ex.ints(full_b + full_e, "pads")]
+        axes = None
+    value = b["value"]
+    if mode == "constant" and value is not None and value != 0:
+        args.append(ex.const(float(value), name="value"))
+    elif axes is not None:
+        args.append("")
+    if axes is not None:
+        args.append(axes)
+    return ex.op("Pad", args, mode=_ONNX_PAD_MODES[mode])
+
+
 _FUNCTIONS: dict[str, Any] = {
     "relu": _simple("Relu"),
     "relu6": lambda ex, b: _clip(ex, _x(ex, b), 0.0, 6.0),
@@ -780,6 +893,19 @@ _FUNCTIONS: dict[str, Any] = {
     "contiguous": lambda ex, b: ex.op("Identity", [_x(ex, b)]),
     "sum": _reduce_fn("ReduceSum"),
     "mean": _reduce_fn("ReduceMean"),
+    "maximum": lambda ex, b: ex.op("Max", [_x(ex, b), ex.operand(b["other"])]),
+    "minimum": lambda ex, b: ex.op("Min", [_x(ex, b), ex.operand(b["other"])]),
+    "erf": _simple("Erf"),
+    "sign": _simple("Sign"),
+    "sin": _simple("Sin"),
+    "cos": _simple("Cos"),
+    **{fn: _compare(op) for fn, op in _COMPARE_OPS.items()},
+    "where": _where,
+    "amax": _reduce_fn("ReduceMax"),
+    "amin": _reduce_fn("ReduceMin"),
+    "prod": _prod,
+    "flip": _flip,
+    "pad": _pad,
 }
 
 

@@ -10,9 +10,10 @@ of those) are folded at import.
 
 Values flow through the converter as one of four kinds: a runtime tensor (an IR node), a
 constant (numpy), a parameter (an initializer, materialised as a ``get_attr`` node only
-when a generic function needs it) or a lazy value (a transposed parameter, a comparison,
-a sign) that only some consumers accept.  This is what lets a consumer recognise
-``Transpose(W) -> MatMul`` or ``Greater -> Where`` without a separate pattern pass.
+when a generic function needs it) or a lazy value (a transposed or reshaped parameter, a
+comparison, a sign) that some consumers recognise and the others materialise.  This is
+what lets a consumer recognise ``Transpose(W) -> MatMul``, ``Reshape(slope) -> PRelu`` or
+``Greater -> Where`` without a separate pattern pass.
 """
 
 from __future__ import annotations
@@ -61,10 +62,14 @@ set_submodule share_memory state_dict to to_empty to_folder train training type 
 _UNARY = {
     "Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Exp": "exp", "Log": "log",
     "Sqrt": "sqrt", "Abs": "abs", "Neg": "neg", "Softsign": "softsign", "Softplus": "softplus",
-    "HardSwish": "hardswish", "Mish": "mish",
+    "HardSwish": "hardswish", "Mish": "mish", "Sin": "sin", "Cos": "cos",
 }
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
-_COMPARE = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal")
+_COMPARE = {"Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge", "LessOrEqual": "le",
+            "Equal": "eq"}
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
+              "wrap": "circular"}
+"""ONNX Pad modes -> F.pad modes."""
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _SELU_ALPHA = 1.6732632423543772
 _SELU_GAMMA = 1.0507009873554805
@@ -160,8 +165,10 @@ class _P:
 
 @dataclass(frozen=True, eq=False)
 class _Lazy:
-    """A value only some consumers accept: ``transpose`` (args: parameter, perm),
-    ``compare`` (args: op type, a, b), ``sign`` (args: a)."""
+    """A value some consumers recognise (the others materialise it): ``transpose`` (args:
+    parameter, perm), ``reshape`` (args: parameter, shape; only made for a PRelu slope),
+    ``compare`` (args: op type, a, b; a bool tensor), ``float`` (args: a comparison cast
+    to float), ``sign`` (args: a)."""
 
     kind: str
     args: tuple
@@ -497,7 +504,8 @@ class _Importer:
         return out
 
     def _fallback_layer_id(self, layer_type: str) -> str:
-        base = re.sub(r"(\d)d$", r"\1d", layer_type)
+        base = {"PReLU": "prelu"}.get(layer_type, layer_type)
+        base = re.sub(r"(\d)d$", r"\1d", base)
         base = re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower().replace("_1d", "1d") \
             .replace("_2d", "2d").replace("_3d", "3d")
         k = self._counter.get(base, 0)
@@ -608,6 +616,8 @@ class _Importer:
         if isinstance(v, _Lazy) and v.kind == "transpose":
             s = self.shape(v.args[0])
             return tuple(s[i] for i in v.args[1])
+        if isinstance(v, _Lazy) and v.kind == "reshape":
+            return tuple(v.args[1])
         return None
 
     def rank(self, v: Any) -> int | None:
@@ -628,6 +638,8 @@ class _Importer:
             return self.inits[v.init]
         if isinstance(v, _Lazy) and v.kind == "transpose":
             return np.transpose(self.inits[v.args[0].init], v.args[1])
+        if isinstance(v, _Lazy) and v.kind == "reshape":
+            return self.inits[v.args[0].init].reshape(v.args[1])
         return None
 
     def static(self, node: Any, index: int, what: str, default: Any = None) -> Any:
@@ -672,15 +684,31 @@ class _Importer:
         if isinstance(v, _C):
             return self._get_attr_const(v, hint)
         if isinstance(v, _Lazy):
-            if v.kind == "transpose":
-                return self.emit("permute", [self._get_attr_param(v.args[0])],
-                                 {"dims": list(v.args[1])})
-            origin = v.node
-            need = {"compare": "where", "sign": "sign"}[v.kind]
-            raise self.unsupported(origin, f"only supported inside recognised patterns; a "
-                                   f"general {origin.op_type} needs the catalogue function "
-                                   f"{need!r}")
+            return self._materialize(v)
         raise self.error(node, "missing input")
+
+    def _materialize(self, v: _Lazy) -> str:
+        """The IR node of a lazy value (made once, whichever consumer asks first)."""
+        key = ("lazy", id(v))
+        if key in self.get_attr_cache:
+            return self.get_attr_cache[key]
+        out = v.node.output[0]
+        if v.kind == "transpose":
+            ref = self.emit("permute", [self._get_attr_param(v.args[0])],
+                            {"dims": list(v.args[1])})
+        elif v.kind == "reshape":
+            ref = self.emit("reshape", [self._get_attr_param(v.args[0])],
+                            {"shape": list(v.args[1])})
+        elif v.kind == "compare":
+            op, a, b = v.args
+            ref = self.emit(_COMPARE[op], [self.operand(a, v.node, b),
+                                           self.operand(b, v.node, a)], name=out)
+        elif v.kind == "float":  # a comparison cast to float: 1.0 where true, else 0.0
+            ref = self.emit("where", [self._materialize(v.args[0]), 1.0, 0.0], name=out)
+        else:  # sign
+            ref = self.emit("sign", [self.tensor(v.args[0], v.node)], name=out)
+        self.get_attr_cache[key] = ref
+        return ref
 
     def _get_attr_param(self, p: _P) -> str:
         key = ("param", p.init)
@@ -929,9 +957,40 @@ class _Importer:
 
     def pad(self, node: Any, x: str, shape: tuple | None, begins: Sequence[int],
             ends: Sequence[int], mode: str = "constant", value: float = 0.0) -> str:
-        """Pad ``x`` (ONNX Pad semantics) with catalogue functions: getitem and cat."""
+        """Pad ``x`` (ONNX Pad semantics: ``begins``/``ends`` per axis, negative pads crop)
+        with the catalogue function ``pad`` (PyTorch's ``F.pad``); non-constant modes that
+        ``F.pad`` cannot express (other axes than the last three, negative pads, wrapping
+        more than once) with ``getitem`` + ``cat``."""
         if not any(begins) and not any(ends):
             return x
+        if mode not in _PAD_MODES:
+            raise self.error(node, f"pad mode {mode!r} is not supported")
+        rank = len(begins)
+        first = min(a for a in range(rank) if begins[a] or ends[a])
+        k = rank - first  # F.pad lists (begin, end) pairs from the last axis backwards
+        if mode != "constant":
+            # PyTorch pads the last 1, 2 or 3 axes of inputs of rank k+1 or k+2.
+            k = next((kk for kk in range(k, 4) if rank in (kk + 1, kk + 2)), 0)
+            sizes = [None if shape is None else shape[a] for a in range(rank)]
+            if not k or any(int(b) < 0 or int(e) < 0 for b, e in zip(begins, ends)) or any(
+                    n is not None and (max(int(b), int(e)) >= n if mode == "reflect"
+                                       else max(int(b), int(e)) > n if mode == "wrap"
+                                       else False)
+                    for n, b, e in zip(sizes, begins, ends)):
+                return self._pad_pieces(node, x, shape, begins, ends, mode)
+        pads: list[int] = []
+        for a in range(rank - 1, rank - 1 - k, -1):
+            pads += [int(begins[a]), int(ends[a])]
+        kwargs: dict[str, Any] = {"pad": pads}
+        if mode != "constant":
+            kwargs["mode"] = _PAD_MODES[mode]
+        elif value != 0.0:
+            kwargs["value"] = _f32(value)
+        return self.emit("pad", [x], kwargs)
+
+    def _pad_pieces(self, node: Any, x: str, shape: tuple | None, begins: Sequence[int],
+                    ends: Sequence[int], mode: str) -> str:
+        """Non-constant ONNX padding as slices of ``x`` concatenated along each axis."""
         rank = len(begins)
         cur = list(shape) if shape is not None else None
         for axis in range(rank):
@@ -948,40 +1007,23 @@ class _Importer:
                 if b == 0 and e == 0:
                     continue
             size = None if cur is None else cur[axis]
-            pieces_before: list[str] = []
-            pieces_after: list[str] = []
-            if mode == "constant":
-                if cur is None or any(d is None for d in cur):
-                    raise self.error(node, "constant padding needs a static input shape "
-                                     "(or the catalogue function 'pad')")
-                for count, pieces in ((b, pieces_before), (e, pieces_after)):
-                    if count:
-                        block = list(cur)
-                        block[axis] = count
-                        c = _C(np.full(block, value, dtype=np.float32),
-                               f"{_sanitize(self.out_name(node), 'pad')}_pad{axis}")
-                        pieces.append(self._get_attr_const(c, "pad"))
-            else:
-                if size is None:
-                    raise self.error(node, f"{mode} padding needs the static size of axis "
-                                     f"{axis} (or the catalogue function 'pad')")
-                if mode == "reflect":
-                    if b >= size or e >= size:
-                        raise self.error(node, f"reflect padding of {max(b, e)} exceeds the "
-                                         f"axis size {size} - 1")
-                    idx_b = list(range(b, 0, -1))
-                    idx_e = [size - 2 - k for k in range(e)]
-                elif mode == "edge":
-                    idx_b, idx_e = [0] * b, [size - 1] * e
-                elif mode == "wrap":
-                    idx_b = [(size - b + k) % size for k in range(b)]
-                    idx_e = [k % size for k in range(e)]
-                else:
-                    raise self.error(node, f"pad mode {mode!r} is not supported")
-                for idxs, pieces in ((idx_b, pieces_before), (idx_e, pieces_after)):
-                    for k in idxs:
-                        pieces.append(self.slice_axis(x, node, axis, k, k + 1, rank))
-            x = self.emit("cat", [pieces_before + [x] + pieces_after], {"dim": axis})
+            if size is None:
+                raise self.error(node, f"{mode} padding of axis {axis} needs its static size "
+                                 "here (PyTorch's F.pad pads only the last three axes)")
+            if mode == "reflect":
+                if b >= size or e >= size:
+                    raise self.error(node, f"reflect padding of {max(b, e)} exceeds the "
+                                     f"axis size {size} - 1")
+                idx_b = list(range(b, 0, -1))
+                idx_e = [size - 2 - k for k in range(e)]
+            elif mode == "edge":
+                idx_b, idx_e = [0] * b, [size - 1] * e
+            else:  # wrap
+                idx_b = [(size - b + k) % size for k in range(b)]
+                idx_e = [k % size for k in range(e)]
+            before = [self.slice_axis(x, node, axis, k, k + 1, rank) for k in idx_b]
+            after = [self.slice_axis(x, node, axis, k, k + 1, rank) for k in idx_e]
+            x = self.emit("cat", [before + [x] + after], {"dim": axis})
             if cur is not None and cur[axis] is not None:
                 cur[axis] += b + e
         return x
@@ -1054,10 +1096,18 @@ def _cast(im: _Importer, node: Any, ins: list) -> None:
         like = ins[1]
         arr = im.array(like)
         to = 1 if arr is None or arr.dtype.kind == "f" else -1
+    x = ins[0]
+    if isinstance(x, _Lazy) and x.kind == "compare":
+        if to == 9:  # BOOL: already one
+            im.alias(node, 0, x)
+            return
+        if to in _FLOAT_TYPES:  # 1.0 / 0.0 (materialised as a where)
+            im.env[node.output[0]] = _Lazy("float", (x,), node)
+            return
     if to not in _FLOAT_TYPES:
         raise im.error(node, "casting a network value to a non-float type is not supported "
-                       "(networks compute in floating point)")
-    im.alias(node, 0, ins[0])
+                       "(networks compute in floating point; comparisons are bool)")
+    im.alias(node, 0, x)
 
 
 @_handles("Constant")
@@ -1079,7 +1129,7 @@ def _constant(im: _Importer, node: Any, ins: list) -> None:
 
 
 @_handles("Shape", "Size", "ConstantOfShape", "Range", "Not", "And", "Or",
-          "Floor", "Ceil", "Round", "Mod", "NonZero", "ReduceProd", "ArgMax", "ArgMin")
+          "Floor", "Ceil", "Round", "Mod", "NonZero", "ArgMax", "ArgMin")
 def _fold_only(im: _Importer, node: Any, ins: list) -> None:
     raise im.unsupported(node, "only supported on values known at import (they are folded); "
                          "here it depends on the network inputs" + (
@@ -1212,6 +1262,8 @@ def _variadic(im: _Importer, node: Any, ins: list) -> None:
     if len(vals) == 1:
         im.alias(node, 0, vals[0])
         return
+    if node.op_type in ("Max", "Min"):  # numbers last: they become clamp bounds
+        vals.sort(key=lambda v: isinstance(v, _C) and v.value.size == 1)
     acc = im.tensor(vals[0], node)
     for i, v in enumerate(vals[1:], start=1):
         last = i == len(vals) - 1 and node.op_type in ("Sum", "Max", "Min")
@@ -1219,12 +1271,12 @@ def _variadic(im: _Importer, node: Any, ins: list) -> None:
         other = im.operand(v, node, vals[0])
         if node.op_type in ("Sum", "Mean"):
             acc = im.emit("add", [acc, other], name=name)
+        elif not isinstance(other, str):  # max(x, c) = clamp(x, min=c)
+            bound = "min" if node.op_type == "Max" else "max"
+            acc = im.emit("clamp", [acc], {bound: _f32(other)}, name=name)
         else:
-            # max(a, b) = b + relu(a - b); min(a, b) = a - relu(a - b): exact up to rounding,
-            # with the subgradient of max/min (the catalogue has no maximum/minimum).
-            d = im.emit("relu", [im.emit("sub", [acc, other])])
-            acc = im.emit("add", [other, d], name=name) if node.op_type == "Max" \
-                else im.emit("sub", [acc, d], name=name)
+            fn = "maximum" if node.op_type == "Max" else "minimum"
+            acc = im.emit(fn, [acc, other], name=name)
     if node.op_type == "Mean":
         acc = im.emit("div", [acc, float(len(vals))], name=im.out_name(node))
     im.bind(node, 0, acc)
@@ -1232,7 +1284,8 @@ def _variadic(im: _Importer, node: Any, ins: list) -> None:
 
 @_handles(*_COMPARE)
 def _compare(im: _Importer, node: Any, ins: list) -> None:
-    im.env[node.output[0]] = _Lazy("compare", (node.op_type, ins[0], ins[1]), node)
+    b = im.broadcast_old(node, ins[0], ins[1])
+    im.env[node.output[0]] = _Lazy("compare", (node.op_type, ins[0], b), node)
 
 
 @_handles("Sign")
@@ -1255,8 +1308,15 @@ def _where(im: _Importer, node: Any, ins: list) -> None:
                     "beta": beta, "threshold": _f32(thr.reshape(()).item())},
                     name=im.out_name(node)))
                 return
-    raise im.unsupported(node, "only the softplus-with-threshold pattern is recognised; a "
-                         "general Where needs the catalogue function 'where'")
+    if isinstance(cond, _C):  # a constant mask: a bool tensor from a float constant
+        mask = _C(np.asarray(cond.value, dtype=np.float32), cond.name)
+        c = im.emit("gt", [im.tensor(mask, node, hint="mask"), 0.5])
+    else:
+        c = im.tensor(cond, node)  # a comparison (or a bool tensor made of one)
+    ranks = [r for r in (im.rank(cond), im.rank(x), im.rank(y)) if r is not None]
+    top = _T("", (None,) * max(ranks)) if ranks else None
+    a, b = im.operand(x, node, top), im.operand(y, node, top)
+    im.bind(node, 0, im.emit("where", [c, a, b], name=im.out_name(node)))
 
 
 def _softplus_beta(im: _Importer, x: str, bx: str, y: str) -> float | None:
@@ -1298,8 +1358,8 @@ def _erf(im: _Importer, node: Any, ins: list) -> None:
             x = b
     chain = _gelu_chain(im, node, x) if x is not None else None
     if chain is None:
-        raise im.unsupported(node, "only the GELU pattern x*0.5*(1+erf(x/sqrt(2))) is "
-                             "recognised; a general Erf needs the catalogue function 'erf'")
+        im.bind(node, 0, im.emit("erf", [im.tensor(v, node)], name=im.out_name(node)))
+        return
     last, consumed = chain
     im.done.update(consumed)
     ref = im.emit("gelu", [x], {"approximate": "none"}, name=last.output[0])
@@ -1955,6 +2015,20 @@ def _flatten(im: _Importer, node: Any, ins: list) -> None:
                              name=im.out_name(node)))
 
 
+def _prelu_slope(im: _Importer, node: Any, x: Any, shape: Sequence[int]) -> bool:
+    """Keep ``Reshape``/``Unsqueeze`` of a parameter that only feeds a PRelu slope lazy
+    (exporters reshape PyTorch's (C,) weight to (C, 1, ...)), so that PRelu can lift it to
+    a PReLU layer with the parameter's name and layout."""
+    if not isinstance(x, _P):
+        return False
+    user = im.sole_consumer(node.output[0])
+    if user is None or user[1].op_type != "PRelu" or list(user[1].input[1:2]) != \
+            [node.output[0]]:
+        return False
+    im.env[node.output[0]] = _Lazy("reshape", (x, tuple(int(d) for d in shape)), node)
+    return True
+
+
 @_handles("Reshape")
 def _reshape(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
@@ -1962,6 +2036,15 @@ def _reshape(im: _Importer, node: Any, ins: list) -> None:
         raise im.error(node, "Reshape with a shape attribute")
     target = [int(t) for t in im.static(node, 1, "shape")]
     allowzero = int(im.attrs(node).get("allowzero", 0))
+    if isinstance(x, _P):
+        value = im.inits[x.init]
+        full = [value.shape[i] if t == 0 and not allowzero else t for i, t in enumerate(target)]
+        try:
+            new_shape = np.empty(value.shape, dtype=np.int8).reshape(full).shape
+        except ValueError:
+            new_shape = None
+        if new_shape is not None and _prelu_slope(im, node, x, new_shape):
+            return
     in_shape = im.shape(x)
     ref = im.tensor(x, node)
     # Resolve 0 (copy) entries.
@@ -2020,6 +2103,13 @@ def _unsqueeze(im: _Importer, node: Any, ins: list) -> None:
     axes = _axes(im, node, ins)
     if not axes:
         raise im.error(node, "Unsqueeze without axes")
+    if isinstance(ins[0], _P):
+        value = im.inits[ins[0].init]
+        out_rank = value.ndim + len(axes)
+        shape = np.expand_dims(np.empty(value.shape, dtype=np.int8),
+                               tuple(a + out_rank if a < 0 else a for a in axes)).shape
+        if _prelu_slope(im, node, ins[0], shape):
+            return
     rank = im.rank(ins[0])
     ref = im.tensor(ins[0], node)
     if len(axes) == 1:
@@ -2092,11 +2182,22 @@ def _slice(im: _Importer, node: Any, ins: list) -> None:
         steps_v = im.static(node, 4, "steps")
         steps = [1] * len(starts) if steps_v is None else \
             [int(v) for v in np.asarray(steps_v).reshape(-1)]
-    if any(s <= 0 for s in steps):
-        raise im.error(node, "negative slice steps (a flip) are not supported; they need a "
-                       "catalogue function 'flip'")
+    if any(s == 0 for s in steps):
+        raise im.error(node, "slice steps must not be 0")
     if rank is not None:
         axes = [a + rank if a < 0 else a for a in axes]
+    ref = im.tensor(x, node)
+    if any(s < 0 for s in steps):
+        # x[start:end:-k] on an axis of size n is flip(x)[n-1-start : n-1-end : k].
+        flipped = []
+        for i, (st, en, a, sp) in enumerate(zip(starts, ends, axes, steps)):
+            if sp > 0:
+                continue
+            size = None if shape is None or a >= len(shape) else shape[a]
+            starts[i], ends[i] = _flipped_bounds(im, node, int(st), int(en), size)
+            steps[i] = -sp
+            flipped.append(a)
+        ref = im.emit("flip", [ref], {"dims": flipped})
     if any(a < 0 for a in axes) and any(a >= 0 for a in axes):
         raise im.error(node, "mixed negative and positive axes need the input rank")
     items: dict[int, dict] = {}
@@ -2116,8 +2217,34 @@ def _slice(im: _Importer, node: Any, ins: list) -> None:
     else:
         lo = min(axes)
         index = ["..."] + [items.get(i, full) for i in range(lo, 0)]
-    ref = im.tensor(x, node)
+    if all(it == full for it in index if it != "..."):
+        im.bind(node, 0, ref)  # a plain flip
+        return
     im.bind(node, 0, im.emit("getitem", [ref], {"index": index}, name=im.out_name(node)))
+
+
+def _flipped_bounds(im: _Importer, node: Any, start: int, end: int, size: int | None
+                    ) -> tuple[int, int]:
+    """ONNX Slice bounds of a negative step on an axis of ``size`` as bounds on the flipped
+    axis (start clamped to [0, n-1], end to [-1, n-1]); negative bounds need no size."""
+    big = _INT_MAX // 2
+    if size is not None:
+        st = min(max(start + size if start < 0 else start, 0), size - 1)
+        en = min(max(end + size if end < 0 else end, -1), size - 1)
+        return size - 1 - st, size - 1 - en
+    if start >= big:  # from the last element
+        fst = 0
+    elif -big < start < 0:
+        fst = -1 - start
+    else:
+        raise im.error(node, f"a negative-step slice from {start} needs the static axis size")
+    if end <= -big:  # to the first element
+        fen = _INT_MAX
+    elif end < 0:
+        fen = -1 - end
+    else:
+        raise im.error(node, f"a negative-step slice to {end} needs the static axis size")
+    return fst, fen
 
 
 @_handles("Gather")
@@ -2303,56 +2430,82 @@ def _reduce(im: _Importer, node: Any, ins: list) -> None:
 
 @_handles("ReduceMax", "ReduceMin")
 def _reduce_max(im: _Importer, node: Any, ins: list) -> None:
-    """Max (min) over trailing axes as a MaxPool layer whose window is those axes."""
+    """ReduceMax/ReduceMin as amax/amin (no axes: over everything)."""
     at = im.attrs(node)
     keep = bool(at.get("keepdims", 1))
     x = ins[0]
-    shape = im.static_shape(x)
     axes = _axes(im, node, ins)
-    if shape is None:
-        raise im.error(node, f"{node.op_type} needs the input's static shape")
-    r = len(shape)
+    if not axes and at.get("noop_with_empty_axes", 0):
+        im.alias(node, 0, x)
+        return
+    kwargs: dict[str, Any] = {"keepdim": keep}
+    if axes:
+        kwargs["dim"] = axes
+    fn = "amax" if node.op_type == "ReduceMax" else "amin"
+    im.bind(node, 0, im.emit(fn, [im.tensor(x, node)], kwargs, name=im.out_name(node)))
+
+
+@_handles("ReduceProd")
+def _reduce_prod(im: _Importer, node: Any, ins: list) -> None:
+    """ReduceProd as prod, one axis at a time (torch.prod reduces one dimension)."""
+    at = im.attrs(node)
+    keep = bool(at.get("keepdims", 1))
+    x = ins[0]
+    axes = _axes(im, node, ins)
+    ref = im.tensor(x, node)
     if not axes:
         if at.get("noop_with_empty_axes", 0):
             im.alias(node, 0, x)
             return
-        axes = list(range(r))
-    axes = sorted({a + r if a < 0 else a for a in axes})
-    n = min(3, r - 1)
-    if n < 1 or axes[0] < r - n:
-        raise im.unsupported(node, f"reducing axes {axes} of a rank-{r} tensor: only the "
-                             "last three axes (and not the first) can be reduced, as a "
-                             "MaxPool window; the general case needs the catalogue functions "
-                             "'amax'/'amin'")
-    kernel = [shape[a] if a in axes else 1 for a in range(r - n, r)]
-    ref = im.tensor(x, node)
-    if node.op_type == "ReduceMin":
-        ref = im.emit("neg", [ref])
-    out = im.add_layer(node, f"MaxPool{n}d", {"kernel_size": kernel}, {}, [ref])
-    if node.op_type == "ReduceMin":
-        out = im.emit("neg", [out])
+        im.bind(node, 0, im.emit("prod", [ref], {"keepdim": keep}, name=im.out_name(node)))
+        return
+    if len(axes) == 1:
+        im.bind(node, 0, im.emit("prod", [ref], {"dim": axes[0], "keepdim": keep},
+                                 name=im.out_name(node)))
+        return
+    for a in axes:
+        ref = im.emit("prod", [ref], {"dim": a, "keepdim": True})
     if not keep:
-        out = im.emit("squeeze", [out], {"dim": axes if len(axes) > 1 else axes[0]},
-                      name=im.out_name(node))
-    im.bind(node, 0, out)
+        ref = im.emit("squeeze", [ref], {"dim": axes}, name=im.out_name(node))
+    im.bind(node, 0, ref)
 
 
 @_handles("PRelu")
 def _prelu(im: _Importer, node: Any, ins: list) -> None:
-    """prelu(x) = relu(x) - slope * relu(-x)."""
+    """A PReLU layer when the slope is an initializer (or constant) of one value or one per
+    channel (axis 1, PyTorch's layout); else where(x > 0, x, slope * x)."""
     x, slope = ins
-    ref = im.tensor(x, node)
     rank = im.rank(x)
-    s = im.tensor(slope, node)
+    value = im.array(slope)
+    if value is not None and value.dtype.kind == "f":
+        c = int(value.size)
+        ok = c == 1
+        if not ok and rank is not None and rank >= 2:
+            if im.opset < 7 and value.ndim == 1:  # legacy: a 1-d slope is per channel
+                ok = True
+            elif value.ndim <= rank:
+                ok = (1,) * (rank - value.ndim) + tuple(value.shape) == \
+                    (1, c) + (1,) * (rank - 2)
+            dim = (im.shape(x) or (None, None))[1]
+            ok = ok and (dim is None or dim == c)
+        if ok:
+            src = slope.args[0] if isinstance(slope, _Lazy) else slope
+            how = "" if value.ndim == 1 else "reshaped"
+            ref = im.add_layer(node, "PReLU", {"num_parameters": c},
+                               {"weight": (value.reshape(c), src, how)},
+                               [im.tensor(x, node)], out_hint=im.out_name(node))
+            im.bind(node, 0, ref)
+            return
+    ref = im.tensor(x, node)
+    s = im.operand(slope, node, x)
     s_shape = im.shape(slope)
-    if im.opset < 7 and s_shape is not None and len(s_shape) == 1 and s_shape[0] != 1:
+    if isinstance(s, str) and im.opset < 7 and s_shape is not None and len(s_shape) == 1 \
+            and s_shape[0] != 1:
         if rank is None:
             raise im.error(node, "channel-wise PRelu needs the input rank")
         s = im.emit("reshape", [s], {"shape": [int(s_shape[0])] + [1] * (rank - 2)})
-    neg = im.emit("relu", [im.emit("neg", [ref])])
-    out = im.emit("sub", [im.emit("relu", [ref]), im.emit("mul", [s, neg])],
-                  name=im.out_name(node))
-    im.bind(node, 0, out)
+    im.bind(node, 0, im.emit("where", [im.emit("gt", [ref, 0.0]), ref,
+                                       im.emit("mul", [ref, s])], name=im.out_name(node)))
 
 
 @_handles("DepthToSpace", "SpaceToDepth")

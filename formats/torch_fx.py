@@ -135,7 +135,8 @@ def _function_index() -> dict[int, tuple[str, str]]:
     torch = require("torch", "torch")
     functional = torch.nn.functional
     namespaces = (("torch.nn.functional.", functional), ("F.", functional),
-                  ("torch.", torch), ("operator.", operator), ("_operator.", operator))
+                  ("torch.special.", torch.special), ("torch.", torch),
+                  ("operator.", operator), ("_operator.", operator))
     index: dict[int, tuple[str, str]] = {}
     for name, spec in FUNCTIONS.items():
         for spelling in (name, *spec.aliases):

@@ -773,6 +773,42 @@ def _reduce(function: str):
     return handler
 
 
+def _reduce_dims(function: str):
+    """amax/amin: ``dim`` (a list, empty = every dimension) and ``keepdim``."""
+    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+        values: dict[str, Any] = {"input": a["self"], "dim": list(a.get("dim") or [])}
+        values["keepdim"] = bool(a.get("keepdim", False))
+        return lf.call(function, values)
+
+    return handler
+
+
+def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
+    if a.get("dtype") is not None:
+        raise lf.error("prod with a dtype is not supported")
+    values: dict[str, Any] = {"input": a["self"]}
+    if a.get("dim") is not None:
+        values["dim"] = a["dim"]
+        values["keepdim"] = bool(a.get("keepdim", False))
+    return lf.call("prod", values)
+
+
+def _pad(mode: str | None = None):
+    """aten::pad (mode and value as arguments) and its lowerings: constant_pad_nd,
+    reflection_padNd, replication_padNd, _pad_circular."""
+    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+        pad = a.get("pad", a.get("padding"))
+        if not isinstance(pad, (list, tuple)) or not all(isinstance(p, int) for p in pad):
+            raise lf.error("padding with run-time sizes is not supported")
+        values: dict[str, Any] = {"input": a["self"], "pad": list(pad),
+                                  "mode": mode or a.get("mode") or "constant"}
+        if values["mode"] == "constant" and a.get("value") is not None:
+            values["value"] = float(a["value"])
+        return lf.call("pad", values)
+
+    return handler
+
+
 def _squeeze(lf: _Lifter, a: dict[str, Any]) -> _T:
     values: dict[str, Any] = {"input": a["self"]}
     if a.get("dim") is not None:
@@ -818,7 +854,24 @@ _ATEN: dict[str, Any] = {
         "selu": "selu", "silu": "silu", "hardswish": "hardswish",
         "hardsigmoid": "hardsigmoid", "mish": "mish", "log_sigmoid": "logsigmoid",
         "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "abs", "neg": "neg",
+        "erf": "erf", "special_erf": "erf", "sign": "sign", "sin": "sin", "cos": "cos",
     }.items()},
+    **{name: _binary(fn) for name, fn in {
+        "gt": "gt", "greater": "gt", "lt": "lt", "less": "lt", "ge": "ge",
+        "greater_equal": "ge", "le": "le", "less_equal": "le", "eq": "eq",
+        "maximum": "maximum", "minimum": "minimum",
+    }.items()},
+    "where": lambda lf, a: lf.call("where", {"condition": a["condition"], "input": a["self"],
+                                             "other": a["other"]}),
+    "amax": _reduce_dims("amax"),
+    "amin": _reduce_dims("amin"),
+    "prod": _prod,
+    "flip": lambda lf, a: lf.call("flip", {"input": a["self"], "dims": list(a["dims"])}),
+    "pad": _pad(),
+    "constant_pad_nd": _pad("constant"),
+    **{f"reflection_pad{n}d": _pad("reflect") for n in (1, 2, 3)},
+    **{f"replication_pad{n}d": _pad("replicate") for n in (1, 2, 3)},
+    "_pad_circular": _pad("circular"),
     "hardtanh": _with("hardtanh", min_val="min_val", max_val="max_val"),
     "leaky_relu": _with("leaky_relu", negative_slope="negative_slope"),
     "gelu": _with("gelu", approximate="approximate"),
@@ -973,6 +1026,10 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
             momentum = None  # traced in training mode with momentum=None (cumulative)
         put("momentum", momentum)
         return
+    if layer_type == "PReLU":
+        if weight is not None:
+            put("num_parameters", weight.shape[0])
+        return  # init (the default initial weight) is not in a traced module
     if layer_type == "LayerNorm":
         put("elementwise_affine", "weight" in arrays)
         put("bias", "bias" in arrays)

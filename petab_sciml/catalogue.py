@@ -43,6 +43,7 @@ REQUIRED = object()
 #   tensors                          a list of node references
 #   dims                             an int or a list of ints (possibly variadic in methods)
 #   dims?                            dims or null
+#   pads                             a list of an even number of ints (F.pad's pad)
 #   index                            a getitem index (int, null, "...", {slice: [a, b, c]}
 #                                    or a list of those)
 
@@ -107,6 +108,7 @@ def kind_description(kind: str) -> str:
         "tensors": "a list of names of earlier nodes",
         "dims": "an integer or a list of integers",
         "dims?": "null, an integer or a list of integers",
+        "pads": "a list of an even number of integers",
         "index": "an index (integer, null, '...', {slice: [start, stop, step]} or a list)",
     }.get(base, kind)
 
@@ -178,6 +180,9 @@ def check_value(kind: str, value: Any) -> bool:
         return _ints(value, None)
     if base == "dims?":
         return value is None or _ints(value, None)
+    if base == "pads":
+        return (isinstance(value, (list, tuple)) and len(value) % 2 == 0
+                and all(_is_int(x) for x in value))
     if base == "index":
         if isinstance(value, (list, tuple)):
             return all(_is_index_item(x) for x in value)
@@ -500,6 +505,22 @@ _layer(LayerSpec(
 ))
 
 
+
+def _check_prelu(args: Mapping[str, Any]) -> str | None:
+    if args["num_parameters"] < 1:
+        return f"num_parameters must be at least 1, got {args['num_parameters']}"
+    return None
+
+
+# PReLU: weight per channel (axis 1 of the input; inputs of rank < 2 have one channel).
+_layer(LayerSpec(
+    "PReLU",
+    (Arg("num_parameters", "int", 1), Arg("init", "float", 0.25), *_DEVICE),
+    (ArraySpec("weight", lambda a: (a["num_parameters"],)),),
+    check=_check_prelu,
+))
+
+
 def layer_spec(layer_type: str, *, file: object = None, entry: str = "") -> LayerSpec:
     """The catalogue entry of ``layer_type`` or a :class:`NetworkError` with suggestions."""
     try:
@@ -522,6 +543,9 @@ class FunctionSpec:
     ``dims`` parameter that methods may spread over several positional arguments
     (``x.view(2, 3)``, ``x.permute(0, 2, 1)``).  ``aliases`` are the other spellings
     torch.fx and exporters write; ``methods`` the ``call_method`` names.
+    ``method_order`` is the positional order of the parameters in the method spelling
+    when it differs from the function's (``x.where(condition, y)`` is
+    ``where(condition, x, y)``: the tensor the method is called on comes first).
     """
 
     name: str
@@ -530,6 +554,7 @@ class FunctionSpec:
     methods: tuple[str, ...] = ()
     variadic: str | None = None
     returns_tensor: bool = True
+    method_order: tuple[str, ...] | None = None
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -557,14 +582,18 @@ class FunctionSpec:
             and all(isinstance(x, int) and not isinstance(x, bool) for x in args[1:])
         ):
             args = [args[0], list(args[1:])]
-        if len(args) > len(self.params):
+        positional = self.params
+        if method and self.method_order is not None:
+            by_name = {p.name: p for p in self.params}
+            positional = tuple(by_name[n] for n in self.method_order)
+        if len(args) > len(positional):
             raise NetworkError(
-                f"function {self.name} takes at most {len(self.params)} positional "
-                f"arguments ({', '.join(self.param_names)}), got {len(args)}",
+                f"function {self.name} takes at most {len(positional)} positional "
+                f"arguments ({', '.join(p.name for p in positional)}), got {len(args)}",
                 file=file, entry=entry,
             )
         bound: dict[str, Any] = {}
-        for param, value in zip(self.params, args):
+        for param, value in zip(positional, args):
             bound[param.name] = value
         for key, value in kwargs.items():
             if key not in self.param_names:
@@ -616,6 +645,7 @@ def _fn(
     operator: Sequence[str] = (),
     variadic: str | None = None,
     returns_tensor: bool = True,
+    method_order: Sequence[str] | None = None,
 ) -> None:
     spellings = [name, *aliases]
     if torch_ns:
@@ -626,7 +656,8 @@ def _fn(
         spellings += [f"operator.{op_name}", f"_operator.{op_name}",
                       f"<built-in function {op_name}>"]
     spec = FunctionSpec(name, tuple(params), tuple(spellings[1:]), tuple(methods),
-                        variadic, returns_tensor)
+                        variadic, returns_tensor,
+                        None if method_order is None else tuple(method_order))
     FUNCTIONS[name] = spec
     for s in spellings:
         _SPELLINGS[("call_function", s)] = name
@@ -682,6 +713,24 @@ _fn("abs", _X, methods=["abs"], operator=["abs"])
 _fn("clamp", _X, Arg("min", "float?", None), Arg("max", "float?", None),
     methods=["clamp", "clip"],
     aliases=["clip", "torch.clip"])
+_fn("maximum", _X, Arg("other", "tensor"), methods=["maximum"])
+_fn("minimum", _X, Arg("other", "tensor"), methods=["minimum"])
+_fn("erf", _X, methods=["erf"], aliases=["torch.special.erf"])
+_fn("sign", _X, methods=["sign"])
+_fn("sin", _X, methods=["sin"])
+_fn("cos", _X, methods=["cos"])
+
+# Comparisons (bool tensors, as in PyTorch) and selection.
+_fn("gt", _A, _B, methods=["gt", "greater"], operator=["gt"],
+    aliases=["greater", "torch.greater"])
+_fn("lt", _A, _B, methods=["lt", "less"], operator=["lt"], aliases=["less", "torch.less"])
+_fn("ge", _A, _B, methods=["ge", "greater_equal"], operator=["ge"],
+    aliases=["greater_equal", "torch.greater_equal"])
+_fn("le", _A, _B, methods=["le", "less_equal"], operator=["le"],
+    aliases=["less_equal", "torch.less_equal"])
+_fn("eq", _A, _B, methods=["eq"], operator=["eq"])
+_fn("where", Arg("condition", "tensor"), _A, _B, methods=["where"],
+    method_order=["input", "condition", "other"])
 
 # Shape and indexing.
 _fn("cat", Arg("tensors", "tensors"), Arg("dim", "int", 0), aliases=["concat", "torch.concat",
@@ -701,6 +750,15 @@ _REDUCE = (_X, Arg("dim", "dims?", None), Arg("keepdim", "bool", False),
            Arg("dtype", "none", None, ignored=True))
 _fn("sum", *_REDUCE, methods=["sum"])
 _fn("mean", *_REDUCE, methods=["mean"])
+_fn("amax", _X, Arg("dim", "dims", []), Arg("keepdim", "bool", False), methods=["amax"])
+_fn("amin", _X, Arg("dim", "dims", []), Arg("keepdim", "bool", False), methods=["amin"])
+# torch.prod reduces one dimension (or, without dim, all: keepdim then keeps them as 1s).
+_fn("prod", _X, Arg("dim", "int?", None), Arg("keepdim", "bool", False),
+    Arg("dtype", "none", None, ignored=True), methods=["prod"])
+_fn("flip", _X, Arg("dims", "dims"), methods=["flip"], variadic="dims")
+_fn("pad", _X, Arg("pad", "pads"),
+    Arg("mode", "choice:constant|reflect|replicate|circular", "constant"),
+    Arg("value", "float?", None), functional=True, torch_ns=False)
 
 
 def canonical_function(op: str, target: str) -> str | None:

@@ -380,6 +380,61 @@ CASES: list[Case] = [
                                conv=lambda: nn.Conv2d(3, 3, 3, padding=1),
                                bn=lambda: nn.BatchNorm2d(3)), ((2, 3, 5, 5),),
          "Conv2d, BatchNorm2d (training mode), residual add, relu, global mean"),
+    # --------------------------------------------------------------- comparisons, where, math
+    Case("where", fn1(lambda m, x: torch.where(x > 0, x, 0.1 * x) + x.where(x < 0.5, -x)
+                      + torch.where(x.le(0.2), 1.0, x) + torch.where(0.3 <= x, -1.0, 2.0)),
+         ((3, 5),), "torch.where (operator >, <=), Tensor.where, numbers as branches"),
+    Case("comparisons", fn1(lambda m, x: (x > 0.3) * x + torch.gt(x, -0.2) * x
+                            + torch.greater(x, 0.5) * 2.0 + x.lt(0.1) * x + torch.less(x, 0)
+                            * x + x.ge(-0.4) * x + torch.greater_equal(x, 0.6) * x
+                            + (x >= 0.7) * x + x.le(0.0) * x + torch.less_equal(x, 0.8) * x
+                            + (x < -0.5) * x + torch.where(torch.eq(x.clamp(min=0.0), 0.0),
+                                                           x, -x)
+                            + (x.clamp(max=-0.3) == -0.3) * x + x.clamp(min=0.2).eq(0.2) * x),
+         ((4, 5),), "gt, lt, ge, le, eq: operators, torch functions, aliases, methods; "
+         "bool tensors times floats and as where conditions"),
+    Case("erf_sign", fn1(lambda m, x: torch.erf(x) + x.erf() * torch.sign(x) + x.sign()
+                         + torch.special.erf(2 * x)), ((3, 5),),
+         "torch.erf, Tensor.erf, torch.special.erf, torch.sign, Tensor.sign", scale=2.0),
+    Case("sin_cos", fn1(lambda m, x: torch.sin(x) * x.cos() + x.sin() + torch.cos(2 * x)),
+         ((3, 5),), "torch.sin, Tensor.sin, torch.cos, Tensor.cos", scale=3.0),
+    Case("maximum_minimum", fn1(lambda m, x: torch.maximum(x, m.layer1(x)) + x.maximum(0.5 * x)
+                                + torch.minimum(x, -x) + x.minimum(m.w),
+                                layer1=_lin(5, 5), w=_P(5)), ((3, 5),),
+         "torch.maximum, Tensor.maximum, torch.minimum, Tensor.minimum (free parameter)"),
+    Case("pad", fn1(lambda m, x: (F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=-0.5),
+                                  F.pad(x, (-1, 2)), F.pad(x, (2, 1), mode="reflect"),
+                                  F.pad(x, (1, 2, 1, 1), mode="replicate"),
+                                  F.pad(x, (2, 1), mode="circular"))), ((2, 3, 5),),
+         "F.pad: constant (value, negative pads), reflect, replicate, circular (six outputs)"),
+    Case("pad_4d", fn1(lambda m, x: (F.pad(x, (1, 2, 2, 1), mode="reflect"),
+                                     F.pad(x, (1, 1, 2, 0), mode="circular"),
+                                     F.pad(x, (1, 0, 1, 2, 0, 1), mode="replicate"),
+                                     F.pad(x, (1, 1, 0, 0, 0, 0, 1, 0), value=2.0))),
+         ((2, 2, 4, 5),), "F.pad of a 4-d input: 2-d reflect and circular, 3-d replicate "
+         "(unbatched), constant on every dimension (four outputs)"),
+    Case("amax_amin", fn1(lambda m, x: (torch.amax(x, 1), x.amax(dim=(0, 2), keepdim=True),
+                                        torch.amin(x, dim=-1, keepdim=True), x.amin())),
+         ((2, 3, 4),), "torch.amax, Tensor.amax(tuple, keepdim), torch.amin, Tensor.amin() "
+         "(four outputs)"),
+    Case("prod", fn1(lambda m, x: (torch.prod(x), x.prod(1), torch.prod(x, dim=-1,
+                                                                       keepdim=True))),
+         ((2, 3, 4),), "torch.prod (all), Tensor.prod(dim), torch.prod(dim, keepdim) "
+         "(three outputs)"),
+    Case("flip", fn1(lambda m, x: torch.flip(x, [0, 2]) + x.flip(1, 2) + x.flip([-1])
+                     + x.flip(0)), ((2, 3, 4),),
+         "torch.flip, Tensor.flip (variadic and list)"),
+    # --------------------------------------------------------------- PReLU
+    Case("prelu", fn1(lambda m, x: m.act(x) + m.act1(x * 2),
+                      act=lambda: nn.PReLU(3), act1=lambda: nn.PReLU()),
+         ((2, 3, 4),), "PReLU(3) per channel (axis 1) and PReLU() (random weights)"),
+    Case("prelu_rank1_2", fn1(lambda m, x: (m.act(x), m.act6(x.unsqueeze(0))),
+                              act=lambda: nn.PReLU(), act6=lambda: nn.PReLU(6)), ((6,),),
+         "PReLU() of a 1-d input (one channel), PReLU(6) of a (1, 6) input (two outputs)"),
+    Case("prelu_conv", fn1(lambda m, x: m.fc(m.flat(m.act(m.conv(x)))),
+                           conv=lambda: nn.Conv2d(2, 4, 3), act=lambda: nn.PReLU(4),
+                           flat=lambda: nn.Flatten(), fc=_lin(16, 2)), ((3, 2, 4, 4),),
+         "Conv2d, PReLU(4), Flatten, Linear"),
 ]
 
 
@@ -389,10 +444,13 @@ def case_seed(name: str, i: int) -> int:
 
 
 def _randomize(module: nn.Module, case: Case) -> None:
-    """Random affine parameters for norm layers (their defaults are 1 and 0) and random
-    running statistics where the case writes buffers."""
+    """Random affine parameters for norm layers (their defaults are 1 and 0), random
+    PReLU weights (default: constant) and random running statistics where the case writes
+    buffers."""
     with torch.no_grad():
         for sub in module.modules():
+            if isinstance(sub, nn.PReLU):  # default: init everywhere
+                sub.weight.uniform_(-0.5, 0.5)
             if isinstance(sub, (nn.modules.batchnorm._NormBase, nn.LayerNorm)):
                 if getattr(sub, "weight", None) is not None:
                     sub.weight.uniform_(0.5, 1.5)

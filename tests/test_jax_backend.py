@@ -139,6 +139,9 @@ TORCH_SPECIAL = {
     "stack": lambda tensors, dim: torch.stack(list(tensors), dim=dim),
     "sum": _reduce(torch.sum),
     "mean": _reduce(torch.mean),
+    "prod": lambda input, dim, keepdim, dtype: (
+        torch.prod(input).reshape((1,) * input.dim() if keepdim else ()) if dim is None
+        else torch.prod(input, dim, keepdim=keepdim)),
 }
 
 
@@ -409,6 +412,11 @@ EXTRA_LAYERS = [
     ("LayerNorm", dict(normalized_shape=[4, 5]), [(2, 3, 4, 5)]),
     ("LayerNorm", dict(normalized_shape=5, bias=False), [(3, 5)]),
     ("LayerNorm", dict(normalized_shape=5, elementwise_affine=False, eps=1e-2), [(5,)]),
+    ("PReLU", {}, [(3, 4)]),
+    ("PReLU", dict(num_parameters=3, init=0.1), [(2, 3, 4, 5)]),
+    ("PReLU", dict(num_parameters=4), [(5, 4)]),
+    ("PReLU", {}, [(6,)]),
+    ("PReLU", dict(num_parameters=2), [(2, 2)]),
 ]
 
 
@@ -525,6 +533,30 @@ EXTRA_FUNCTIONS = [
     ("getitem", [{"slice": [1, None, 2]}], {}, (5, 2)), ("getitem", [-1], {}, (5, 2)),
     ("sum", [], {"dim": [0, 2], "keepdim": True}, (2, 3, 4)), ("sum", [], {}, (2, 3)),
     ("mean", [], {"dim": -1}, (2, 3, 4)), ("mean", [], {"dim": 1, "keepdim": True}, (2, 3)),
+    ("maximum", ["x"], {}, (3, 4)), ("maximum", ["x"], {}, (3, 4), False, True),
+    ("minimum", ["x"], {}, (3, 4)), ("erf", [], {}, (3, 4)), ("sign", [], {}, (3, 4)),
+    ("sin", [], {}, (3, 4)), ("cos", [], {}, (3, 4), False, True),
+    # comparisons: the bool result is multiplied by h (see _function_network)
+    ("gt", [0.2], {}, (3, 4)), ("lt", ["x"], {}, (3, 4)), ("ge", [0.0], {}, (3, 4), False, True),
+    ("le", ["x"], {}, (3, 4)), ("eq", ["h"], {}, (3, 4)), ("eq", [0.5], {}, (3, 4), False, True),
+    # where: function form where(cond, h, *rest), method form h.where(*rest)
+    ("where", ["x"], {}, (3, 4)), ("where", [2.0], {}, (3, 4)),
+    ("where", ["cond", -0.5], {}, (3, 4), False, True),
+    ("amax", [], {"dim": [0, 2], "keepdim": True}, (2, 3, 4)), ("amax", [], {}, (2, 3)),
+    ("amin", [], {"dim": -1}, (2, 3, 4)), ("amin", [1], {"keepdim": True}, (2, 3), False, True),
+    ("prod", [], {}, (2, 3)), ("prod", [1], {"keepdim": True}, (2, 3, 4)),
+    ("prod", [], {"dim": None, "keepdim": True}, (2, 3)), ("prod", [-1], {}, (2, 3), False, True),
+    ("flip", [[0, 2]], {}, (2, 3, 4)), ("flip", [1, 2], {}, (2, 3, 4), False, True),
+    ("pad", [[1, 2]], {}, (2, 3, 4)), ("pad", [[1, 1, 2, 0]], {"value": -0.5}, (2, 3, 4)),
+    ("pad", [[-1, 2, 0, -1]], {}, (2, 3, 4)), ("pad", [[1, 0, 0, 1, 1, 1]], {}, (2, 3, 4)),
+    ("pad", [[2, 1]], {"mode": "reflect"}, (2, 3, 4)),
+    ("pad", [[-1, 3]], {"mode": "reflect"}, (2, 3, 4)),
+    ("pad", [[1, 2, 2, 1]], {"mode": "replicate"}, (2, 3, 4)),
+    ("pad", [[-2, 5]], {"mode": "replicate"}, (3, 4)),
+    ("pad", [[2, 3]], {"mode": "circular"}, (2, 3, 4)),
+    ("pad", [[3, -1, 1, 1]], {"mode": "circular"}, (2, 3, 4)),
+    ("pad", [[1, 0, 1, 2, 0, 1]], {"mode": "replicate"}, (2, 3, 4, 5)),
+    ("pad", [[1, 1, 1, 0, 2, 1]], {"mode": "reflect"}, (1, 2, 3, 4, 5)),
 ]
 
 
@@ -535,13 +567,20 @@ def _function_network(name, rest, kwargs, shape, method):
     if "xt" in rest:
         nodes.append({"name": "xt", "op": "call_method", "target": "transpose",
                       "args": ["x", 0, 1]})
+    if name == "where":  # a bool condition
+        nodes.append({"name": "cond", "op": "call_function", "target": "gt",
+                      "args": ["x", 0.1]})
     args = ["h", *rest]
     if name in ("cat", "stack"):
         args = [["h", "x"]]
+    if name == "where" and not method:
+        args = ["cond", "h", *rest]
     op = "call_method" if method else "call_function"
     nodes.append({"name": "f", "op": op, "target": name, "args": args, "kwargs": kwargs})
     if name == "softmax":  # the sum of a softmax is constant: square it for a useful gradient
         nodes.append({"name": "f2", "op": "call_function", "target": "pow", "args": ["f", 2]})
+    if name in ("gt", "lt", "ge", "le", "eq"):  # bool: mask h, for a float output
+        nodes.append({"name": "f2", "op": "call_function", "target": "mul", "args": ["f", "h"]})
     nodes.append({"name": "output", "op": "output", "args": [nodes[-1]["name"]]})
     return Network.build("net", ["x"], [], nodes, [{"id": "p.w", "shape": list(shape)}])
 
@@ -806,6 +845,22 @@ def test_float64_model():
     assert BACKEND.get_parameters(net)["l1"]["weight"].dtype == np.float64
     with pytest.raises(ValueError, match="dtype"):
         BACKEND.build(network, dtype="float16")
+
+
+def test_prelu_initial_weight_is_init():
+    for args in (dict(num_parameters=3, init=0.1), {}):
+        network = _layer_network("PReLU", args, 1)
+        got = BACKEND.get_parameters(BACKEND.build(network))["l"]["weight"]
+        torch_net = get_torch_backend().build(network)
+        expected = get_torch_backend().get_parameters(torch_net)["l"]["weight"]
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == np.float32
+
+
+def get_torch_backend():
+    from petab_sciml.backends.torch import BACKEND as TORCH
+
+    return TORCH
 
 
 def test_initial_parameters_follow_pytorch_bounds():

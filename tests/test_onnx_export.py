@@ -40,7 +40,7 @@ TOL = 1e-5
 ROUND_TRIP = {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
               "ConvTranspose2d", "ConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
               "LayerNorm", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-              "AlphaDropout"}
+              "AlphaDropout", "PReLU"}
 
 
 def _case_id(path: Path) -> str:

@@ -163,14 +163,14 @@ def _loaded(result):
 
 
 def test_unsupported_op_error_names_op_node_opset_and_list():
-    node = helper.make_node("Sin", ["x"], ["y"], name="my_sine")
+    node = helper.make_node("Tan", ["x"], ["y"], name="my_tangent")
     model = make_model([node], [("x", [2])], ["y"], opset=18)
     with pytest.raises(NetworkError) as info:
         import_onnx(model.SerializeToString())
     message = str(info.value)
-    assert "'Sin'" in message and "my_sine" in message and "opset 18" in message
+    assert "'Tan'" in message and "my_tangent" in message and "opset 18" in message
     assert "supported ops: " + ", ".join(SUPPORTED_OPS) in message
-    assert "Conv" in SUPPORTED_OPS and "Sin" not in SUPPORTED_OPS
+    assert "Conv" in SUPPORTED_OPS and "Tan" not in SUPPORTED_OPS
 
 
 def test_custom_domain_is_reported():
@@ -350,13 +350,133 @@ _OPS = [
                                   "bl.bias": np.arange(5, dtype=np.float32)}, 17),
     ("softmax_opset11_axis1", [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
      {"x": [2, 3, 4]}, {}, 11),
+    # catalogue functions where, comparisons, erf, sign, sin, cos, maximum, minimum, pad,
+    # amax, amin, prod, flip and the PReLU layer
+    ("where_greater", [helper.make_node("Greater", ["x", "z"], ["g"]),
+                       helper.make_node("Where", ["g", "x", "z"], ["y"])],
+     {"x": [3, 4], "z": [3, 4]}, {}, 17),
+    ("where_scalars", [helper.make_node("LessOrEqual", ["x", "t"], ["g"]),
+                       helper.make_node("Where", ["g", "one", "x"], ["y"])],
+     {"x": [3, 4]}, {"t": np.array(0.2, np.float32), "one": np.array(1.0, np.float32)}, 17),
+    ("where_constant_mask", [helper.make_node("Where", ["m", "x", "z"], ["y"])],
+     {"x": [2, 3], "z": [2, 3]}, {"m": np.array([True, False, True])}, 17),
+    ("compare_cast", [helper.make_node("Less", ["x", "t"], ["l"]),
+                      helper.make_node("Cast", ["l"], ["y"], to=TensorProto.FLOAT),
+                      helper.make_node("GreaterOrEqual", ["x", "z"], ["ge"]),
+                      helper.make_node("Cast", ["ge"], ["gf"], to=TensorProto.FLOAT),
+                      helper.make_node("Mul", ["gf", "x"], ["y2"]),
+                      helper.make_node("Equal", ["x", "x"], ["eq"]),
+                      helper.make_node("Cast", ["eq"], ["ef"], to=TensorProto.FLOAT),
+                      helper.make_node("Sub", ["ef", "z"], ["y3"])],
+     {"x": [3, 4], "z": [3, 4]}, {"t": np.array(0.1, np.float32)}, 17),
+    ("erf_sign_sin_cos", [helper.make_node("Erf", ["x"], ["a"]),
+                          helper.make_node("Sign", ["x"], ["b"]),
+                          helper.make_node("Sin", ["x"], ["c"]),
+                          helper.make_node("Cos", ["x"], ["d"])], {"x": [3, 4]}, {}, 17),
+    ("max_min", [helper.make_node("Max", ["x", "w", "z"], ["a"]),
+                 helper.make_node("Min", ["t", "x"], ["b"])],
+     {"x": [2, 3], "z": [2, 3]}, {"w": rand(3), "t": np.array(0.3, np.float32)}, 17),
+    ("pad_wrap_leading_axis", [helper.make_node("Pad", ["x", "p"], ["y"], mode="wrap")],
+     {"x": [3, 4]}, {"p": _i64(2, 1, 1, 0)}, 19),
+    ("pad_constant_negative", [helper.make_node("Pad", ["x", "p", "v"], ["y"])],
+     {"x": [2, 3, 5]}, {"p": _i64(0, 1, -1, 1, 0, 2), "v": np.array(-2.0, np.float32)}, 17),
+    ("pad_reflect_5d", [helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect")],
+     {"x": [1, 2, 3, 4, 3]}, {"p": _i64(0, 0, 1, 2, 1, 0, 0, 2, 1, 1)}, 17),
+    ("reduce_max_leading", [helper.make_node("ReduceMax", ["x", "ax"], ["y"])],
+     {"x": [2, 3, 4]}, {"ax": _i64(0)}, 18),
+    ("reduce_min_all", [helper.make_node("ReduceMin", ["x"], ["y"], keepdims=0)],
+     {"x": [2, 3, 4]}, {}, 17),
+    ("reduce_prod", [helper.make_node("ReduceProd", ["x"], ["y"], axes=[0, 2], keepdims=0)],
+     {"x": [2, 3, 4]}, {}, 17),
+    ("reduce_prod_all", [helper.make_node("ReduceProd", ["x"], ["y"])],
+     {"x": [2, 3]}, {}, 18),
+    ("slice_negative_steps", [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+     {"x": [4, 6, 5]}, {"st": _i64(-1, 4, 1), "en": _i64(-2**63, 0, 5), "ax": _i64(0, 2, 1),
+                        "sp": _i64(-1, -2, 2)}, 17),
+    ("slice_flip", [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+     {"x": [3, 4]}, {"st": _i64(-1), "en": _i64(-2**63), "ax": _i64(-1), "sp": _i64(-1)}, 17),
+    ("prelu_channels", [helper.make_node("PRelu", ["x", "slope"], ["y"])],
+     {"x": [2, 3, 4, 5]}, {"slope": rand(3, 1, 1)}, 17),
+    ("prelu_last_axis", [helper.make_node("PRelu", ["x", "slope"], ["y"])],
+     {"x": [2, 3, 4]}, {"slope": rand(4)}, 17),
+    ("prelu_computed_slope", [helper.make_node("Abs", ["z"], ["s"]),
+                              helper.make_node("PRelu", ["x", "s"], ["y"])],
+     {"x": [2, 3], "z": [2, 3]}, {}, 17),
 ]
+
+
+def _bool_initializers(model):
+    """make_model stores initializers as float or int64; masks must be bool."""
+    for t in model.graph.initializer:
+        if t.name == "m":
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(bool), "m"))
+    return model
 
 
 @pytest.mark.parametrize("name,nodes,inputs,inits,opset", _OPS, ids=[o[0] for o in _OPS])
 def test_ops_match_onnxruntime(name, nodes, inputs, inits, opset):
     outputs = [o for n in nodes for o in n.output
                if not any(o in m.input for m in nodes)]
-    model = make_model(nodes, list(inputs.items()), outputs, inits, opset=opset)
+    model = _bool_initializers(make_model(nodes, list(inputs.items()), outputs, inits,
+                                          opset=opset))
     xs = [rand(*shape) for shape in inputs.values()]
     compare_with_onnxruntime(model, *xs)
+
+
+def _functions(result):
+    return sorted({n.function for n in result.network.nodes if n.function})
+
+
+def test_generic_workarounds_are_catalogue_functions():
+    """Max/Min, ReduceMax over leading axes, Pad, negative Slice steps and Where import as
+    maximum, amax, pad, flip and where (no relu/MaxPool/getitem+cat workarounds)."""
+    nodes = [helper.make_node("Max", ["x", "z"], ["a"]),
+             helper.make_node("ReduceMax", ["a"], ["b"], axes=[0], keepdims=1),
+             helper.make_node("Pad", ["b", "p"], ["c"], mode="reflect"),
+             helper.make_node("Slice", ["c", "st", "en", "ax", "sp"], ["d"]),
+             helper.make_node("Greater", ["d", "t"], ["g"]),
+             helper.make_node("Where", ["g", "d", "t"], ["y"])]
+    model = make_model(nodes, [("x", [2, 3, 4]), ("z", [2, 3, 4])], ["y"],
+                       {"p": _i64(0, 0, 1, 0, 0, 2), "st": _i64(-1), "en": _i64(-2**63),
+                        "ax": _i64(-1), "sp": _i64(-1), "t": np.array(0.1, np.float32)})
+    result = compare_with_onnxruntime(model, rand(2, 3, 4), rand(2, 3, 4))
+    assert not result.network.layers
+    assert _functions(result) == ["amax", "flip", "gt", "maximum", "pad", "where"]
+    pad = next(n for n in result.network.nodes if n.function == "pad")
+    assert pad.kwargs == {"pad": [1, 2], "mode": "reflect"}
+
+
+def test_prelu_with_reshaped_parameter_is_a_layer():
+    """PyTorch's exporters reshape the (C,) weight to (C, 1, ...): a PReLU layer whose
+    weight keeps the parameter's name and layout."""
+    slope = np.array([0.1, -0.2, 0.3], np.float32)
+    nodes = [helper.make_node("Reshape", ["act.weight", "shape"], ["s"]),
+             helper.make_node("PRelu", ["x", "s"], ["y"])]
+    model = make_model(nodes, [("x", [2, 3, 4, 4])], ["y"],
+                       {"act.weight": slope, "shape": _i64(3, 1, 1)})
+    result = compare_with_onnxruntime(model, rand(2, 3, 4, 4))
+    (layer,) = result.network.layers.values()
+    assert (layer.id, layer.type, layer.config["num_parameters"]) == ("act", "PReLU", 3)
+    np.testing.assert_array_equal(result.parameters["act"]["weight"], slope)
+    assert result.name_map() == {"act.weight": ["act.weight"]}
+    assert not result.network.free_parameters
+
+
+def test_dynamic_shapes_pad_and_flip():
+    """Constant padding and full flips need no static sizes."""
+    nodes = [helper.make_node("Pad", ["x", "p", "v"], ["a"]),
+             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_i64(1, 0, 2, 3), "p"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "v"),
+         numpy_helper.from_array(_i64(-1, -2), "st"),
+         numpy_helper.from_array(_i64(-2**63, -2**63), "en"),
+         numpy_helper.from_array(_i64(0, 1), "ax"),
+         numpy_helper.from_array(_i64(-1, -1), "sp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = compare_with_onnxruntime(model, rand(3, 5))
+    assert _functions(result) == ["flip", "getitem", "pad"]
+    compare_with_onnxruntime(model, rand(2, 7))

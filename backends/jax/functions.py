@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from petab_sciml.catalogue import implicit_softmax_dim
 
@@ -324,3 +325,155 @@ def _sum(input, dim, keepdim, **_):
 @_impl("mean")
 def _mean(input, dim, keepdim, **_):
     return jnp.mean(input, axis=_reduce_axes(dim), keepdims=keepdim)
+
+
+# --------------------------------------------------------------------------- math
+@_impl("maximum")
+def _maximum(input, other, **_):
+    return jnp.maximum(input, other)  # ties: half the gradient to each, as in PyTorch
+
+
+@_impl("minimum")
+def _minimum(input, other, **_):
+    return jnp.minimum(input, other)
+
+
+@_impl("erf")
+def _erf(input, **_):
+    return jax.lax.erf(input)
+
+
+@_impl("sign")
+def _sign(input, **_):
+    # PyTorch: sign(nan) = 0 and sign(-0.) = 0 (jnp.sign keeps nan and -0.).
+    x = input
+    one = jnp.ones((), x.dtype)
+    return jnp.where(x > 0, one, jnp.where(x < 0, -one, jnp.zeros((), x.dtype)))
+
+
+@_impl("sin")
+def _sin(input, **_):
+    return jnp.sin(input)
+
+
+@_impl("cos")
+def _cos(input, **_):
+    return jnp.cos(input)
+
+
+# --------------------------------------------------------------------------- comparisons
+@_impl("gt")
+def _gt(input, other, **_):
+    return jnp.greater(input, other)
+
+
+@_impl("lt")
+def _lt(input, other, **_):
+    return jnp.less(input, other)
+
+
+@_impl("ge")
+def _ge(input, other, **_):
+    return jnp.greater_equal(input, other)
+
+
+@_impl("le")
+def _le(input, other, **_):
+    return jnp.less_equal(input, other)
+
+
+@_impl("eq")
+def _eq(input, other, **_):
+    return jnp.equal(input, other)
+
+
+@_impl("where")
+def _where(condition, input, other, **_):
+    condition = jnp.asarray(condition)
+    if condition.dtype != jnp.bool_:
+        raise TypeError(f"where: the condition must be a bool tensor (a comparison), got "
+                        f"{condition.dtype}")
+    if not isinstance(input, jax.Array) and not isinstance(other, jax.Array):
+        # Two numbers: PyTorch's default dtype (float32), whatever the model's dtype.
+        input, other = jnp.float32(input), jnp.float32(other)
+    return jnp.where(condition, input, other)
+
+
+# --------------------------------------------------------------------------- reductions
+@_impl("amax")
+def _amax(input, dim, keepdim, **_):
+    return jnp.max(input, axis=_reduce_axes(dim), keepdims=keepdim)
+
+
+@_impl("amin")
+def _amin(input, dim, keepdim, **_):
+    return jnp.min(input, axis=_reduce_axes(dim), keepdims=keepdim)
+
+
+@_impl("prod")
+def _prod(input, dim, keepdim, **_):
+    return jnp.prod(input, axis=dim, keepdims=keepdim)
+
+
+@_impl("flip")
+def _flip(input, dims, **_):
+    return jnp.flip(input, axis=_dims(dims))
+
+
+# --------------------------------------------------------------------------- padding
+_PAD_RANKS = {2: (2, 3), 4: (3, 4), 6: (4, 5)}
+"""Input ranks PyTorch accepts for non-constant padding of 1, 2 or 3 dimensions."""
+
+
+def _pad_indices(n: int, lo: int, hi: int, mode: str):
+    """Source indices (numpy) along one axis of ``F.pad`` in ``mode``, as PyTorch."""
+    if mode == "circular":
+        # PyTorch crops negative pads first, then wraps (at most once) around the rest.
+        start, stop = max(-lo, 0), n - max(-hi, 0)
+        lo, hi, m = max(lo, 0), max(hi, 0), stop - start
+        if m <= 0 or lo > m or hi > m:
+            raise ValueError("pad: padding value causes wrapping around more than once")
+        return start + (np.arange(m + lo + hi) - lo) % m
+    j = np.arange(n + lo + hi) - lo
+    if mode == "replicate":
+        return np.clip(j, 0, n - 1)
+    if lo >= n or hi >= n:  # reflect
+        raise ValueError(f"pad: padding size should be less than the corresponding input "
+                         f"dimension, but got padding ({lo}, {hi}) for size {n}")
+    j = np.abs(j)
+    return np.where(j > n - 1, 2 * (n - 1) - j, j)
+
+
+@_impl("pad")
+def _pad(input, pad, mode, value, **_):
+    x = input
+    pad = [int(p) for p in pad]
+    k = len(pad) // 2
+    if len(pad) > 2 * x.ndim:
+        raise ValueError(f"pad: padding length should be less than or equal to two times the "
+                         f"input dimension but got padding length {len(pad)} and input of "
+                         f"dimension {x.ndim}")
+    sizes = []
+    for i in range(k):
+        axis = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if x.shape[axis] + lo + hi < 0:
+            raise ValueError(f"pad: padding ({lo}, {hi}) crops more than the size "
+                             f"{x.shape[axis]} of dimension {axis}")
+        sizes.append((axis, lo, hi))
+    if mode == "constant":
+        config = [(0, 0, 0)] * x.ndim
+        for axis, lo, hi in sizes:
+            config[axis] = (lo, hi, 0)
+        fill = jnp.asarray(0 if value is None else value, x.dtype)
+        return jax.lax.pad(x, fill, config)
+    if value is not None:
+        raise ValueError(f'pad: padding mode "{mode}" doesn\'t take in value argument')
+    if x.ndim not in _PAD_RANKS.get(len(pad), ()):
+        raise ValueError(f"pad: padding size {len(pad)} is not supported for {x.ndim}D input "
+                         f"in mode {mode!r} (PyTorch pads the last 1, 2 or 3 dimensions of "
+                         "2D/3D, 3D/4D or 4D/5D inputs)")
+    for axis, lo, hi in sizes:
+        if lo or hi:
+            x = jnp.take(x, jnp.asarray(_pad_indices(x.shape[axis], lo, hi, mode)), axis=axis)
+    return x

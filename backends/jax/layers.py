@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from petab_sciml.catalogue import as_tuple
+from petab_sciml.catalogue import LAYERS, as_tuple
 
 from . import ops
 
@@ -349,6 +349,28 @@ class LayerNorm(LayerModule):
         return y
 
 
+# --------------------------------------------------------------------------- activations
+class PReLU(LayerModule):
+    """``torch.nn.PReLU``: ``x`` where positive, else ``weight * x``, one weight per
+    channel (axis 1; inputs of rank < 2 have one channel) or one weight for all."""
+
+    weight: Array
+    array_names: ClassVar[tuple[str, ...]] = ("weight",)
+
+    def apply(self, x: Array) -> Array:
+        n = self.weight.shape[0]
+        if n == 1:
+            slope = self.weight.reshape(())
+        else:
+            channels = x.shape[1] if x.ndim >= 2 else 1
+            if channels != n:
+                raise ValueError(f"PReLU: mismatch of parameter numbers and input channel "
+                                 f"size. Found parameter numbers = {n} and channel size = "
+                                 f"{channels}")
+            slope = self.weight.reshape((n,) + (1,) * (x.ndim - 2))
+        return jnp.where(x > 0, x, slope * x)
+
+
 # --------------------------------------------------------------------------- factory
 def _family(layer_type: str) -> tuple[str, int | None]:
     """``("Conv", 2)`` for ``Conv2d``; ``(type, None)`` for types without a dimension."""
@@ -420,6 +442,8 @@ def make_layer(layer_type: str, cfg: Mapping[str, Any], arrays: Mapping[str, Arr
     if family == "LayerNorm":
         return LayerNorm(**a, normalized_shape=as_tuple(cfg["normalized_shape"], 1),
                          eps=float(cfg["eps"]))
+    if family == "PReLU":
+        return PReLU(weight=arrays.get("weight"))
     raise NotImplementedError(f"the JAX backend has no implementation of layer type "
                               f"{layer_type!r}")
 
@@ -429,17 +453,25 @@ _NORMS = ("BatchNorm", "InstanceNorm", "LayerNorm")
 
 
 def init_arrays(layer_type: str, shapes: Mapping[str, tuple[tuple[int, ...], str | None]],
-                rng: np.random.Generator, dtype: Any, int_dtype: Any) -> dict[str, Array]:
+                rng: np.random.Generator, dtype: Any, int_dtype: Any,
+                config: Mapping[str, Any] | None = None) -> dict[str, Array]:
     """PyTorch's default initial values of a layer's arrays.
 
     ``shapes`` maps array names to ``(shape, fixed dtype or None)``.  Weights and biases of
     Linear/Conv/ConvTranspose are U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with PyTorch's fan_in
     (``weight.shape[1] * prod(kernel)``), Bilinear uses 1/sqrt(in1_features), norms start
-    at weight 1, bias 0, running mean 0, running variance 1, no batches tracked.  Values
-    are drawn with numpy (eager JAX random numbers would compile a kernel per shape).
+    at weight 1, bias 0, running mean 0, running variance 1, no batches tracked.  PReLU's
+    weight is its ``init`` argument (from the resolved layer ``config``; the catalogue
+    default without it).  Values are drawn with numpy (eager JAX random numbers would
+    compile a kernel per shape).
     """
     family, _ = _family(layer_type)
     out: dict[str, Array] = {}
+    if family == "PReLU":
+        default = next(a.default for a in LAYERS["PReLU"].args if a.name == "init")
+        init = (config or {}).get("init", default)
+        return {name: jnp.asarray(np.full(shape, init, dtype))
+                for name, (shape, _) in shapes.items()}
     if family in _NORMS:
         for name, (shape, fixed) in shapes.items():
             if fixed is not None:

@@ -231,7 +231,8 @@ def build_model(network: Network, *, dtype: str = "float32", seed: int = 0,
         initial = {}
         if infos:
             initial = init_arrays(layer.type, {n: (a.shape, a.dtype) for n, a in infos.items()},
-                                  np.random.default_rng([seed, i]), jdtype, _int_dtype())
+                                  np.random.default_rng([seed, i]), jdtype, _int_dtype(),
+                                  config=layer.config)
         layers[layer_id] = make_layer(layer.type, layer.config, initial)
     free: dict[str, dict[str, Array]] = {}
     for p in network.free_parameters.values():

@@ -97,6 +97,34 @@ def contiguous(input: torch.Tensor) -> torch.Tensor:
     return input.contiguous()
 
 
+def amax(input: torch.Tensor, dim: Any = (), keepdim: bool = False) -> torch.Tensor:
+    return torch.amax(input, _reduce_dim(dim), keepdim=keepdim)
+
+
+def amin(input: torch.Tensor, dim: Any = (), keepdim: bool = False) -> torch.Tensor:
+    return torch.amin(input, _reduce_dim(dim), keepdim=keepdim)
+
+
+def prod(input: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    if dim is None:  # every element; keepdim keeps all dimensions (as size 1)
+        out = torch.prod(input)
+        return out.reshape((1,) * input.dim()) if keepdim else out
+    return torch.prod(input, dim, keepdim=keepdim)
+
+
+def flip(input: torch.Tensor, dims: Any) -> torch.Tensor:
+    return torch.flip(input, tuple(dims) if isinstance(dims, (list, tuple)) else (dims,))
+
+
+def pad(input: torch.Tensor, pad: Any, mode: str = "constant", value: float | None = None
+        ) -> torch.Tensor:
+    return F.pad(input, list(pad), mode=mode, value=value)
+
+
+def where(condition: torch.Tensor, input: Any, other: Any) -> torch.Tensor:
+    return torch.where(condition, input, other)
+
+
 TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "relu": F.relu, "relu6": F.relu6, "hardtanh": F.hardtanh, "hardswish": F.hardswish,
     "selu": F.selu, "silu": F.silu, "leaky_relu": F.leaky_relu, "gelu": F.gelu,
@@ -111,4 +139,9 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "permute": permute, "transpose": torch.transpose, "squeeze": squeeze,
     "unsqueeze": torch.unsqueeze, "contiguous": contiguous, "getitem": getitem, "sum": sum,
     "mean": mean,
+    "maximum": torch.maximum, "minimum": torch.minimum, "erf": torch.erf, "sign": torch.sign,
+    "sin": torch.sin, "cos": torch.cos,
+    "gt": operator.gt, "lt": operator.lt, "ge": operator.ge, "le": operator.le,
+    "eq": operator.eq, "where": where,
+    "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
 }
