@@ -1,7 +1,9 @@
 """Free symbols of PEtab math expressions (without a full parser).
 
-Identifiers followed by ``(`` are function names and are skipped; numbers such as
-``1e-3`` are not mistaken for symbols.
+The validator needs only the identifiers a formula uses, and must run with the core
+dependencies alone; the full parser (:mod:`petab_sciml.expressions`) needs sympy and is
+used when a problem is loaded for simulation.  Identifiers followed by ``(`` are function
+names and are skipped; numbers such as ``1e-3`` are not mistaken for symbols.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 
 _TOKEN = re.compile(r"(?<![A-Za-z0-9_.])([A-Za-z_][A-Za-z0-9_]*)(\s*\()?")
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_])(?:\d+\.?\d*[eE][+-]?\d+|\d*\.\d+|\d+)")
-CONSTANTS = {"time", "t", "pi", "e", "inf", "Inf", "INF", "nan", "NaN", "true", "false",
+CONSTANTS = {"time", "pi", "e", "inf", "Inf", "INF", "nan", "NaN", "true", "false",
              "True", "False", "avogadro", "exponentiale"}
 
 
@@ -21,4 +23,4 @@ def free_symbols(expression: str) -> set[str]:
 
 
 def uses_time(expression: str) -> bool:
-    return bool(free_symbols(expression) & {"time", "t"})
+    return "time" in free_symbols(expression)
