@@ -91,16 +91,16 @@ def write_tables(folder: Path) -> None:
     rng = np.random.default_rng(2026)
     truth = simulate_truth()
     rows = ["observableId\texperimentId\tmeasurement\ttime"]
-    for k, obs in enumerate(["prey_o", "predator_o"]):
+    for k, obs in enumerate(["prey_obs", "predator_obs"]):
         for t, value in zip(TIMES, truth[:, k]):
-            rows.append(f"{obs}\te1\t{value + rng.normal(0, NOISE_SD):.10g}\t{t:g}")
+            rows.append(f"{obs}\tlv_experiment\t{value + rng.normal(0, NOISE_SD):.10g}\t{t:g}")
     files = {
         "measurements.tsv": "\n".join(rows),
         "observables.tsv": "observableId\tobservableFormula\tnoiseFormula\t"
                            "observableTransformation\tnoiseDistribution\n"
-                           f"prey_o\tprey\t{NOISE_SD}\tlin\tnormal\n"
-                           f"predator_o\tpredator\t{NOISE_SD}\tlin\tnormal",
-        "experiments.tsv": "experimentId\ttime\tconditionId\ne1\t0.0\t",
+                           f"prey_obs\tprey\t{NOISE_SD}\tlin\tnormal\n"
+                           f"predator_obs\tpredator\t{NOISE_SD}\tlin\tnormal",
+        "experiments.tsv": "experimentId\ttime\tconditionId\nlv_experiment\t0.0\t",
         "parameters.tsv": "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\t"
                           "estimate\n"
                           "alpha\tlin\t0.0\t15.0\t1.1\ttrue\n"
@@ -108,14 +108,14 @@ def write_tables(folder: Path) -> None:
                           "delta\tlin\t0.0\t15.0\t1.5\ttrue\n"
                           "net1_ps\tlin\t-inf\tinf\tarray\ttrue",
         "mapping.tsv": "petabEntityId\tmodelEntityId\n"
-                       "net1_input1\tnet1.inputs[0][0]\n"
-                       "net1_input2\tnet1.inputs[0][1]\n"
-                       "net1_output1\tnet1.outputs[0][0]\n"
+                       "net1_prey\tnet1.inputs[0][0]\n"
+                       "net1_predator\tnet1.inputs[0][1]\n"
+                       "net1_gamma\tnet1.outputs[0][0]\n"
                        "net1_ps\tnet1.parameters",
         "hybridization.tsv": "targetId\ttargetValue\n"
-                             "net1_input1\tprey\n"
-                             "net1_input2\tpredator\n"
-                             "gamma\tnet1_output1",
+                             "net1_prey\tprey\n"
+                             "net1_predator\tpredator\n"
+                             "gamma\tnet1_gamma",
         "problem.yaml": """format_version: "2.0.0"
 model_files:
   lotka_volterra:
