@@ -121,21 +121,27 @@ def load_case(path: str | os.PathLike) -> NetworkCase:
                        solutions.get("dropout"), solutions.get("tol"), mode)
 
 
-def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Case folders under ``paths`` (a case folder itself, or any folder above cases)."""
+def _discover(paths: Iterable[str | os.PathLike], is_case: Callable[[Path], bool]
+              ) -> list[Path]:
+    """Folders under ``paths`` (a case folder itself, or any folder above cases) whose
+    ``solutions.yaml`` satisfies ``is_case``."""
     found: list[Path] = []
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise PetabSciMLError("no such file or folder", file=p)
         if (p / "solutions.yaml").is_file():
-            if _is_network_case(p):
+            if is_case(p):
                 found.append(p)
             continue
-        for sol in sorted(p.rglob("solutions.yaml")):
-            if _is_network_case(sol.parent):
-                found.append(sol.parent)
+        found.extend(sol.parent for sol in sorted(p.rglob("solutions.yaml"))
+                     if is_case(sol.parent))
     return found
+
+
+def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Network (ML-import) case folders under ``paths``."""
+    return _discover(paths, _is_network_case)
 
 
 def _is_network_case(folder: Path) -> bool:
@@ -369,20 +375,8 @@ def _is_problem_case(folder: Path) -> bool:
 
 
 def discover_problems(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Problem-case folders under ``paths`` (a case folder itself, or any folder above)."""
-    found: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise PetabSciMLError("no such file or folder", file=p)
-        if (p / "solutions.yaml").is_file():
-            if _is_problem_case(p):
-                found.append(p)
-            continue
-        for sol in sorted(p.rglob("solutions.yaml")):
-            if _is_problem_case(sol.parent):
-                found.append(sol.parent)
-    return found
+    """Problem-case folders (SciML problem import, initialization) under ``paths``."""
+    return _discover(paths, _is_problem_case)
 
 
 def load_problem_case(path: str | os.PathLike) -> ProblemCase:
