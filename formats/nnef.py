@@ -50,7 +50,7 @@ import numpy as np
 
 from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED
 from petab_sciml.errors import NetworkError, require
-from petab_sciml.network import FreeParameter, Network, Ref
+from petab_sciml.network import FreeParameter, Network, Ref, unique_node_name
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "write", "FORMAT", "METADATA_FILE"]
@@ -224,15 +224,7 @@ class _Lifter:
 
     # ------------------------------------------------------------------ naming
     def fresh(self, base: str) -> str:
-        base = re.sub(r"\W", "_", base) or "node"
-        if base[0].isdigit():
-            base = f"_{base}"
-        name, i = base, 0
-        while name in self.taken or name == "output":
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
+        return unique_node_name(base, self.taken)
 
     def source_name(self, tensor: str) -> str | None:
         """The source name of an NNEF tensor (mapping JSON, else a non-generic label)."""

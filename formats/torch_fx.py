@@ -97,9 +97,10 @@ def _catalogue_type(torch: Any, module: Any) -> str | None:
 
 
 # ----------------------------------------------------------------------------- layer args
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """Tuples and numpy scalars as plain YAML-writable lists and Python numbers."""
     if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -121,7 +122,7 @@ def _layer_args(torch: Any, spec: LayerSpec, module: Any, path: str) -> dict[str
         value = getattr(module, arg.name)
         if arg.kind == "bool" and (value is None or isinstance(value, torch.Tensor)):
             value = value is not None  # bias: a Parameter or None
-        args[arg.name] = _plain(value)
+        args[arg.name] = plain_value(value)
     return args
 
 

@@ -36,7 +36,8 @@ import numpy as np
 from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED, canonical_function
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.formats.pytorch_file import check_trust
-from petab_sciml.network import FreeParameter, Network
+from petab_sciml.formats.torch_fx import plain_value
+from petab_sciml.network import FreeParameter, Network, unique_node_name
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "network_from_torchscript", "FORMAT"]
@@ -110,14 +111,6 @@ def _qualified(type_name: str) -> str:
     ``torch.nn.modules.linear.Linear``."""
     name = _MANGLE.sub("", str(type_name))
     return name[len("__torch__."):] if name.startswith("__torch__.") else name
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def _all_nodes(block: Any) -> Iterator[Any]:
@@ -237,7 +230,7 @@ def _constant(v: Any) -> Any:
         value = v.toIValue()
     except Exception:  # noqa: BLE001 - constants of types Python cannot hold
         return _UNKNOWN
-    return _plain(value)
+    return plain_value(value)
 
 
 _SCHEMAS: dict[str, tuple[str, ...]] = {}
@@ -290,15 +283,7 @@ class _Lifter:
 
     # ------------------------------------------------------------------ naming
     def fresh(self, base: str) -> str:
-        base = re.sub(r"\W", "_", base) or "node"
-        if base[0].isdigit():
-            base = f"_{base}"
-        name, i = base, 0
-        while name in self.taken or name == "output":
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
+        return unique_node_name(base, self.taken)
 
     def module_id(self, path: str) -> str:
         ident = self.path_id(path)
@@ -419,7 +404,7 @@ class _Lifter:
             return _Mod(path, child)
         if isinstance(child, self.torch.Tensor):
             return self.tensor_attribute(owner, name, child)
-        return _plain(child)
+        return plain_value(child)
 
     def tensor_attribute(self, owner: _Mod, name: str, tensor: Any) -> _T:
         layer_type = self.layer_type(owner)
@@ -946,7 +931,7 @@ def _layer_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str, entry
             value = value is not None
         elif isinstance(value, torch.Tensor):
             continue
-        args[arg.name] = _plain(value)
+        args[arg.name] = plain_value(value)
     missing = [a.name for a in spec.args if a.torch and a.name not in args
                and a.name not in ("device", "dtype")]
     if missing:
@@ -985,7 +970,7 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
 
     def put(name: str, value: Any) -> None:
         if name in names and name not in args and value is not _UNKNOWN:
-            value = _plain(value)
+            value = plain_value(value)
             if (isinstance(value, list) and value and kinds[name].startswith(
                     ("ints", "sizes", "padding")) and value[0] is not None
                     and all(v == value[0] for v in value)):

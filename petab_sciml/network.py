@@ -32,6 +32,23 @@ OPS = ("placeholder", "call_module", "call_function", "call_method", "get_attr",
 ID_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def unique_node_name(base: str, taken: set[str]) -> str:
+    """A node name made from ``base`` (non-identifier characters replaced, no leading
+    digit) that is not in ``taken`` and is not ``output``; adds it to ``taken``.
+
+    Importers of primitive graphs (NNEF, TorchScript) use it to name the nodes they
+    create."""
+    base = re.sub(r"\W", "_", base) or "node"
+    if base[0].isdigit():
+        base = f"_{base}"
+    name, i = base, 0
+    while name in taken or name == "output":
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
 @dataclass(frozen=True)
 class Ref:
     """A reference to the value of the forward node called ``name``."""
