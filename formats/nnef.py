@@ -10,22 +10,36 @@ archive of a folder) lifts the NNEF graph:
   ``ceil_mode`` where the output sizes agree; the ``border`` decides
   ``count_include_pad``);
 * ``batch_normalization`` -> ``BatchNormNd`` with the statistics as non-trainable
-  buffers; ``mean_variance_normalization`` (nnef_tools' fragment) -> ``InstanceNormNd``;
+  buffers; ``mean_variance_normalization`` (nnef_tools' fragment) -> ``InstanceNormNd``
+  (over the spatial axes) or ``BatchNormNd`` without running statistics (over the batch
+  and spatial axes);
+* ``prelu`` -> ``PReLU`` where alpha is a variable of one value or one per channel (axis 1),
+  else ``where(x < 0, alpha * x, x)``;
 * ``reshape`` (0 copies the dimension) -> ``flatten`` / ``reshape``; activations, arithmetic,
-  reductions, ``transpose``, ``squeeze``, ``concat``, ``slice`` ... -> catalogue functions;
-  the ``erf`` expansion of GELU and the ``sign * relu(abs)`` identity are recognised.
+  ``sin``, ``cos``, ``sign``, ``erf``, reductions (``max_reduce`` / ``min_reduce`` ->
+  ``amax`` / ``amin``; ``axes = []`` reduces nothing), ``transpose``, ``squeeze``,
+  ``concat``, ``slice`` (negative strides: ``flip``, then ``getitem`` for part of an axis)
+  ... -> catalogue functions; ``max`` / ``min`` -> ``maximum`` / ``minimum`` (``clamp``
+  with a number); NNEF broadcasting (trailing singleton dimensions) is made explicit;
+* ``gt`` / ``lt`` / ``ge`` / ``le`` / ``eq`` -> the catalogue comparisons (bool tensors);
+  ``select`` -> ``where``; ``cast<scalar>`` of a logical value -> ``mul(x, 1.0)``;
+  ``or`` / ``and`` of logical values -> ``add`` / ``mul`` (PyTorch's bool arithmetic);
+* ``pad`` -> ``pad`` (PyTorch's order, last dimension first) with border ``constant``,
+  ``reflect`` or ``replicate`` (``reflect-even`` only where no pad exceeds 1);
+* the ``erf`` expansion of GELU and the ``sign * relu(abs)`` identity are recognised.
 
 Names come, in order of preference, from a tensor-mapping JSON as written by
 ``nnef_tools.convert --tensor-mapping`` (source names such as ``layer1.weight`` and ONNX
 scopes such as ``/layer1/Conv_output_0``), from variable labels (torch-to-nnef and our
 writer keep module paths: ``layer1.weight``), else from the NNEF tensor names.
 
-Writing gives ``graph.nnef`` plus one ``.dat`` file per array (label ``layer.array``)
-that ``nnef.load_graph`` reads back.  NNEF has no place for what is not computation in
-inference mode (dropout, input ids, layer-vs-function, constructor arguments as written):
-the writer also puts a ``petab_sciml.json`` beside the graph with the IR, which the
-reader uses while ``graph.nnef`` is unchanged (its SHA-256 is recorded), so IR -> NNEF ->
-IR is identical.  Other NNEF tools ignore that file.
+Writing gives ``graph.nnef`` plus one ``.dat`` file per array (label ``layer.array``) that
+``nnef.load_graph`` reads back. Every layer and function of the catalogue is written, with
+standard operations where NNEF has none (``docs/formats.md`` lists how). NNEF has no place
+for what is not computation in inference mode (dropout, input ids, layer-vs-function,
+constructor arguments as written): the writer also puts a ``petab_sciml.json`` beside the
+graph with the IR, which the reader uses while ``graph.nnef`` is unchanged (its SHA-256 is
+recorded), so IR -> NNEF -> IR is identical. Other NNEF tools ignore that file.
 
 nnef (and torch, for default parameters and shapes when writing) are imported lazily.
 """

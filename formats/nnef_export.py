@@ -6,6 +6,7 @@ have fixed shapes); each IR node becomes one or more NNEF operations.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -19,9 +20,24 @@ from petab_sciml.errors import NetworkError, require
 from petab_sciml.network import Network, Ref
 
 _TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
+_KEEPS_TYPE = {"reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze",
+               "getitem", "flip", "contiguous", "cat", "stack"}
+"""Functions that move elements without computing: a logical input stays logical."""
 _KEYWORDS = {"version", "extension", "fragment", "graph", "tensor", "integer", "scalar",
              "logical", "string", "true", "false", "for", "in", "if", "else", "yield",
              "length_of", "shape_of", "range_of"}
+
+_ERF_FRAGMENT = """fragment erf( x: tensor<scalar> ) -> ( y: tensor<scalar> )
+{
+    t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    p = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t
+         + 0.254829592) * t;
+    y = sign(x) * (1.0 - p * exp(-x * x));
+}
+"""
+"""NNEF has no erf; like nnef_tools, the writer declares it as a fragment whose body is
+Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), so tools that lower fragments can
+run it and tools that know erf (our reader among them) keep it exact."""
 
 _MVN_FRAGMENT = """fragment mean_variance_normalization(
     input: tensor<scalar>,
@@ -80,6 +96,9 @@ class _Writer:
         self.variables: dict[str, str] = {}  # IR target group.array -> NNEF tensor
         self.files: dict[str, np.ndarray] = {}  # label -> data
         self.fragments: set[str] = set()
+        self.logical: set[str] = set()  # NNEF tensors of type logical (comparisons)
+        self.casts: dict[str, str] = {}  # logical tensor -> its cast<scalar>
+        self.keep_logical = False
         self.where = ""
 
     def error(self, message: str) -> NetworkError:
@@ -131,9 +150,17 @@ class _Writer:
     def rank(self, name: str) -> int:
         return len(self.shapes[name])
 
-    def value(self, ref: Any) -> Any:
+    def value(self, ref: Any, logical: bool = False) -> Any:
+        """The NNEF operand of an IR value.  Comparisons give logical tensors, which NNEF
+        arithmetic does not take: they are cast to scalar (once) unless ``logical``."""
         if isinstance(ref, Ref):
-            return _Ident(self.names[ref.name])
+            name = self.names[ref.name]
+            if name in self.logical and not (logical or self.keep_logical):
+                if name not in self.casts:
+                    self.casts[name] = self.op(f"{name}_scalar", "cast<scalar>",
+                                               _Ident(name)).name
+                return _Ident(self.casts[name])
+            return _Ident(name)
         if isinstance(ref, bool):
             raise self.error(f"boolean operand {ref!r}")
         if isinstance(ref, (int, float)):
@@ -162,7 +189,16 @@ class _Writer:
             elif node.op == "call_module":
                 self.names[name] = self.layer(node).name
             elif node.op in ("call_function", "call_method"):
-                self.names[name] = self.function(node).name
+                refs = node.bound.get("tensors") or [node.bound.get("input")]
+                # shape functions of comparisons stay logical (a select condition)
+                self.keep_logical = node.function in _KEEPS_TYPE and all(
+                    isinstance(r, Ref) and self.names[r.name] in self.logical for r in refs)
+                try:
+                    self.names[name] = self.function(node).name
+                finally:
+                    if self.keep_logical:
+                        self.logical.add(self.names[name])
+                    self.keep_logical = False
             else:
                 outputs = []
                 for ref in node.bound["outputs"]:
@@ -182,6 +218,8 @@ class _Writer:
                      "extension KHR_enable_operator_expressions;", ""]
             if "mean_variance_normalization" in self.fragments:
                 head += [_MVN_FRAGMENT]
+            if "erf" in self.fragments:
+                head += [_ERF_FRAGMENT]
         graph_name = net_id if net_id not in _KEYWORDS else f"{net_id}_graph"
         text = ["version 1.0;", "", *head,
                 f"graph {graph_name}( {', '.join(inputs)} ) -> ( {', '.join(outputs)} )",
@@ -209,6 +247,15 @@ class _Writer:
             return self.flatten(base, x, in_shape, cfg["start_dim"], cfg["end_dim"])
         if t == "LayerNorm":
             return self.layer_norm(layer, base, x, in_shape)
+        if t == "PReLU":
+            # channels on axis 1 (one channel below rank 2), as a [1, C, 1, ...] variable
+            rank = len(in_shape)
+            alpha = [1] * max(rank, 1)
+            if cfg["num_parameters"] > 1:
+                alpha[1] = cfg["num_parameters"]
+            return self.op(base, "prelu", x, self.array(layer.id, "weight", alpha))
+        if t == "Bilinear":
+            return self.bilinear(layer, base, node, out_shape)
         n = layer.spec.spatial_dims
         if n is None:
             raise self.error(f"layer type {t} has no NNEF equivalent")
@@ -235,25 +282,42 @@ class _Writer:
                 pad = [(0, 0)] * n
             else:
                 pad = [(p, p) for p in as_tuple(cfg["padding"], n)]
-            borders = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate"}
-            if cfg["padding_mode"] not in borders:
-                raise self.error(f"padding_mode {cfg['padding_mode']!r} has no NNEF border")
+            border = {"zeros": "constant", "reflect": "reflect",
+                      "replicate": "replicate"}.get(cfg["padding_mode"])
+            if border is None:  # circular: NNEF has no such border; wrap by concatenation
+                size = list(in_shape)
+                for i, (before, after) in enumerate(pad):
+                    axis = len(in_shape) - n + i
+                    x = self.pad_axis(f"{base}_wrap{i}", x, size, axis, before, after,
+                                      "circular", 0.0)
+                    size[axis] += before + after
+                border, pad = "constant", [(0, 0)] * n
             w = self.array(layer.id, "weight")
             b = self.array(layer.id, "bias", (1, cfg["out_channels"])) if cfg["bias"] else 0.0
-            return self.op(base, "conv", x, w, b, border=borders[cfg["padding_mode"]],
+            return self.op(base, "conv", x, w, b, border=border,
                            padding=pad, stride=s, dilation=d, groups=cfg["groups"])
         if t.startswith("ConvTranspose"):
             p = list(as_tuple(cfg["padding"], n))
             op_ = list(as_tuple(cfg["output_padding"], n))
-            if any(o > pi for o, pi in zip(op_, p)):
-                raise self.error("ConvTranspose with output_padding above padding has no "
-                                 "NNEF deconv padding")
             w = self.array(layer.id, "weight")
-            b = self.array(layer.id, "bias", (1, cfg["out_channels"])) if cfg["bias"] else 0.0
-            return self.op(base, "deconv", x, w, b, border="constant",
-                           padding=[(pi, pi - o) for pi, o in zip(p, op_)],
-                           stride=list(as_tuple(cfg["stride"], n)),
-                           dilation=list(as_tuple(cfg["dilation"], n)), groups=cfg["groups"])
+            c = cfg["out_channels"]
+            attrs = {"stride": list(as_tuple(cfg["stride"], n)),
+                     "dilation": list(as_tuple(cfg["dilation"], n)), "groups": cfg["groups"]}
+            if all(o <= pi for o, pi in zip(op_, p)):
+                b = self.array(layer.id, "bias", (1, c)) if cfg["bias"] else 0.0
+                return self.op(base, "deconv", x, w, b, border="constant",
+                               padding=[(pi, pi - o) for pi, o in zip(p, op_)], **attrs)
+            # output_padding beyond the padding: positions past the full transposed
+            # convolution, which get no input (zeros) but still the bias
+            y = self.op(f"{base}_full", "deconv", x, w, 0.0, border="constant",
+                        padding=[(pi, max(pi - o, 0)) for pi, o in zip(p, op_)], **attrs)
+            lead = len(out_shape) - n
+            y = self.op(base if not cfg["bias"] else f"{base}_padded", "pad", y,
+                        padding=[(0, 0)] * lead + [(0, max(o - pi, 0)) for pi, o in zip(p, op_)],
+                        border="constant", value=0.0)
+            if cfg["bias"]:
+                y = self.op(base, "add", y, self.array(layer.id, "bias", [1, c] + [1] * n))
+            return y
         if t.startswith(("MaxPool", "AvgPool")):
             rank = len(in_shape)
             lead = rank - n
@@ -275,46 +339,50 @@ class _Writer:
             if t.startswith("MaxPool"):
                 return self.op(base, "max_pool", x, border="ignore", **attrs)
             if cfg.get("divisor_override") is not None:
-                if cfg["divisor_override"] != math.prod(k) or (any(p) and not ceil_extra):
-                    raise self.error("AvgPool divisor_override other than the window size")
-                return self.op(base, "avg_pool", x, border="constant", **attrs)
+                # the window sum (padding as zeros) over the divisor: a constant-border
+                # average (always over the full window) rescaled
+                factor = math.prod(k) / cfg["divisor_override"]
+                mean = self.op(base if factor == 1 else f"{base}_mean", "avg_pool", x,
+                               border="constant", **attrs)
+                return mean if factor == 1 else self.op(base, "mul", mean, factor)
             if cfg["count_include_pad"] and any(p):
-                if ceil_extra:
-                    raise self.error("AvgPool ceil_mode with count_include_pad and padding "
-                                     "has no NNEF border")
-                return self.op(base, "avg_pool", x, border="constant", **attrs)
+                if not ceil_extra:
+                    return self.op(base, "avg_pool", x, border="constant", **attrs)
+                # PyTorch divides a window overhanging the padded input by the part inside
+                # it: rescale the full-window average by window / that part, per position
+                counts = [np.array([min(j * s[i] - p[i] + k[i], in_shape[lead + i] + p[i])
+                                    - (j * s[i] - p[i]) for j in range(out_shape[lead + i])])
+                          for i in range(n)]
+                grid = math.prod(k) / functools.reduce(np.multiply, np.ix_(*counts))
+                mean = self.op(f"{base}_mean", "avg_pool", x, border="constant", **attrs)
+                factor = self.op(f"{base}_divisor", "constant<scalar>",
+                                 shape=[1] * lead + list(grid.shape),
+                                 value=[float(v) for v in grid.ravel()])
+                return self.op(base, "mul", mean, factor)
             return self.op(base, "avg_pool", x, border="ignore" if (
                 not cfg["count_include_pad"] or ceil_extra) else "constant", **attrs)
         if t.startswith("LPPool"):
             return self.lp_pool(layer, base, x, in_shape, out_shape)
         if t.startswith("Adaptive"):
             return self.adaptive_pool(layer, base, x, in_shape, out_shape)
-        if t.startswith("BatchNorm"):
-            if not cfg["track_running_stats"]:
-                raise self.error("BatchNorm without running statistics has no inference-mode "
-                                 "NNEF equivalent")
-            c = cfg["num_features"]
-            mean = self.array(layer.id, "running_mean", (1, c))
-            var = self.array(layer.id, "running_var", (1, c))
-            scale = self.array(layer.id, "weight", (1, c)) if cfg["affine"] else self.filled(
-                f"{base}_scale", (1, c), 1.0)
-            offset = self.array(layer.id, "bias", (1, c)) if cfg["affine"] else self.filled(
-                f"{base}_offset", (1, c), 0.0)
-            return self.op(base, "batch_normalization", x, mean, var, offset, scale,
-                           epsilon=float(cfg["eps"]))
-        if t.startswith("InstanceNorm"):
-            if cfg["track_running_stats"]:
-                raise self.error("InstanceNorm with running statistics has no NNEF "
-                                 "equivalent")
+        if t.startswith(("BatchNorm", "InstanceNorm")):
             c = cfg["num_features"]
             scale = self.array(layer.id, "weight", (1, c)) if cfg["affine"] else self.filled(
                 f"{base}_scale", (1, c), 1.0)
             offset = self.array(layer.id, "bias", (1, c)) if cfg["affine"] else self.filled(
                 f"{base}_offset", (1, c), 0.0)
-            self.fragments.add("mean_variance_normalization")
+            if cfg["track_running_stats"]:  # inference mode normalises with them
+                mean = self.array(layer.id, "running_mean", (1, c))
+                var = self.array(layer.id, "running_var", (1, c))
+                return self.op(base, "batch_normalization", x, mean, var, offset, scale,
+                               epsilon=float(cfg["eps"]))
+            # statistics of the input: over batch and space (BatchNorm), space (Instance)
             rank = len(in_shape)
-            return self.op(base, "mean_variance_normalization", x, scale, offset,
-                           axes=list(range(rank - n, rank)), epsilon=float(cfg["eps"]))
+            axes = [0, *range(2, rank)] if t.startswith("Batch") else list(range(rank - n,
+                                                                                  rank))
+            self.fragments.add("mean_variance_normalization")
+            return self.op(base, "mean_variance_normalization", x, scale, offset, axes=axes,
+                           epsilon=float(cfg["eps"]))
         raise self.error(f"layer type {t} has no NNEF equivalent")
 
     def filled(self, base: str, shape: Sequence[int], value: float) -> _Ident:
@@ -370,17 +438,52 @@ class _Writer:
         n = layer.spec.spatial_dims
         rank = len(in_shape)
         lead = rank - n
-        sizes = []
-        for i in range(n):
-            size, out = in_shape[lead + i], out_shape[lead + i]
-            if out == 0 or size % out:
-                raise self.error(f"{layer.type}: input size {size} is not a multiple of the "
-                                 f"output size {out}; NNEF has no adaptive pooling")
-            sizes.append(size // out)
+        sizes = [in_shape[lead + i] // max(out_shape[lead + i], 1) for i in range(n)]
         op = "max_pool" if "Max" in layer.type else "avg_pool"
-        return self.op(base, op, x, size=[1] * lead + sizes, border="ignore",
-                       padding=[(0, 0)] * rank, stride=[1] * lead + sizes,
-                       dilation=[1] * rank)
+        if all(out_shape[lead + i] * sizes[i] == in_shape[lead + i] for i in range(n)):
+            return self.op(base, op, x, size=[1] * lead + sizes, border="ignore",
+                           padding=[(0, 0)] * rank, stride=[1] * lead + sizes,
+                           dilation=[1] * rank)
+        # NNEF has no adaptive pooling.  PyTorch's windows [floor(j L / O), ceil((j+1) L / O))
+        # form a box, and max/mean over a box is max/mean over one axis after another: one
+        # reduced slice per output position, concatenated, axis by axis.
+        reduce = "max_reduce" if "Max" in layer.type else "mean_reduce"
+        y = x
+        for i in range(n):
+            axis, size, out = lead + i, in_shape[lead + i], out_shape[lead + i]
+            if size == out:
+                continue
+            parts = [self.op(f"{base}_{i}_{j}", reduce,
+                             self.slice_axis(f"{base}_{i}_{j}_window", y, axis,
+                                             (j * size) // out, -((-(j + 1) * size) // out)),
+                             axes=[axis]) for j in range(out)]
+            y = self.op(f"{base}_{i}", "concat", parts, axis=axis)
+        return y if y is not x else self.op(base, "copy", x)
+
+    def bilinear(self, layer: Any, base: str, node: Any, out_shape: Sequence[int]) -> _Ident:
+        """y = x1^T W x2 + b as x1 @ W' (W' = W as [in1, out * in2]), times x2, summed over
+        in2; leading dimensions are flattened to one batch dimension and restored."""
+        cfg = layer.config
+        i1, i2, o = cfg["in1_features"], cfg["in2_features"], cfg["out_features"]
+        x1, x2 = (_Ident(self.names[r.name]) for r in node.bound["inputs"][:2])
+        batch = math.prod(out_shape[:-1])
+        if len(out_shape) != 2:
+            x1 = self.op(f"{base}_x1", "reshape", x1, shape=[batch, i1])
+            x2 = self.op(f"{base}_x2", "reshape", x2, shape=[batch, i2])
+        w = self.op(f"{base}_w", "reshape", self.op(f"{base}_wt", "transpose",
+                                                   self.array(layer.id, "weight"),
+                                                   axes=[1, 0, 2]), shape=[i1, o * i2])
+        left = self.op(f"{base}_left", "reshape", self.op(f"{base}_mm", "matmul", x1, w),
+                       shape=[batch, o, i2])
+        prod = self.op(f"{base}_prod", "mul", left,
+                       self.op(f"{base}_x2u", "unsqueeze", x2, axes=[1]))
+        y = self.op(f"{base}_sum", "squeeze", self.op(f"{base}_red", "sum_reduce", prod,
+                                                      axes=[2]), axes=[2])
+        if cfg["bias"]:
+            y = self.op(f"{base}_biased", "add", y, self.array(layer.id, "bias", (1, o)))
+        if len(out_shape) != 2:
+            return self.op(base, "reshape", y, shape=list(out_shape))
+        return y
 
     def flatten(self, base: str, x: _Ident, in_shape: Sequence[int], start: int, end: int
                 ) -> _Ident:
@@ -403,7 +506,7 @@ class _Writer:
         v = self.value
         unary = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "exp": "exp",
                  "log": "log", "sqrt": "sqrt", "abs": "abs", "neg": "neg", "selu": "selu",
-                 "silu": "silu"}
+                 "silu": "silu", "sign": "sign", "sin": "sin", "cos": "cos"}
         if f in unary:
             return self.op(base, unary[f], v(b["input"]))
         x = v(b.get("input")) if isinstance(b.get("input"), Ref) else None
@@ -464,6 +567,17 @@ class _Writer:
             soft = self.op(base if f == "softmax" else f"{base}_softmax", "softmax", x,
                            axes=[self.axis(dim, rank)])
             return soft if f == "softmax" else self.op(base, "log", soft)
+        if f in ("add", "mul") and all(isinstance(r, Ref) and self.names[r.name] in
+                                       self.logical for r in (b["input"], b["other"])):
+            # bool + bool is "or" in PyTorch, bool * bool "and"
+            self.keep_logical = True
+            try:
+                left, right = self.operands(base, b["input"], b["other"])
+            finally:
+                self.keep_logical = False
+            y = self.op(base, "or" if f == "add" else "and", left, right)
+            self.logical.add(y.name)
+            return y
         if f in ("add", "sub"):
             left, right = self.operands(base, b["input"], b["other"])
             if b["alpha"] != 1:
@@ -537,19 +651,144 @@ class _Writer:
             return self.op(base, "squeeze", reduced, axes=sorted(axes))
         if f == "getitem":
             return self.getitem(base, x, self.shapes[b["input"].name], b["index"])
+        if f == "erf":
+            self.fragments.add("erf")
+            return self.op(base, "erf", x)
+        if f in ("maximum", "minimum"):
+            return self.op(base, f[:3], *self.operands(base, b["input"], b["other"]))
+        if f in ("gt", "lt", "ge", "le", "eq"):
+            y = self.op(base, f, *self.operands(base, b["input"], b["other"]))
+            self.logical.add(y.name)
+            return y
+        if f == "where":
+            cond, a, c = self.aligned(base, [b["condition"], b["input"], b["other"]],
+                                      logical=0)
+            return self.op(base, "select", cond, a, c)
+        if f in ("amax", "amin"):
+            shape = self.shapes[b["input"].name]
+            dims = b["dim"] if isinstance(b["dim"], (list, tuple)) else [b["dim"]]
+            axes = sorted({self.axis(d, len(shape)) for d in dims}) or list(range(len(shape)))
+            op = "max_reduce" if f == "amax" else "min_reduce"
+            if b["keepdim"]:
+                return self.op(base, op, x, axes=axes)
+            return self.op(base, "squeeze", self.op(f"{base}_keep", op, x, axes=axes),
+                           axes=axes)
+        if f == "prod":
+            return self.prod(base, x, self.shapes[b["input"].name], b["dim"], b["keepdim"])
+        if f == "flip":
+            shape = self.shapes[b["input"].name]
+            dims = b["dims"] if isinstance(b["dims"], (list, tuple)) else [b["dims"]]
+            axes = sorted({self.axis(d, len(shape)) for d in dims})
+            if not axes:
+                return self.op(base, "copy", x)
+            # nnef_tools' spelling of a full reversal: from the last element to before
+            # the first (an end below -size is clamped to -1)
+            return self.op(base, "slice", x, axes=axes, begin=[-1] * len(axes),
+                           end=[-2147483647] * len(axes), stride=[-1] * len(axes))
+        if f == "pad":
+            return self.pad(base, x, self.shapes[b["input"].name], list(b["pad"]), b["mode"],
+                            0.0 if b["value"] is None else float(b["value"]))
         raise self.error(f"function {f} has no NNEF equivalent")
 
     def operands(self, base: str, a: Any, b: Any) -> tuple[Any, Any]:
-        """Binary operands of equal rank (NNEF broadcasts singleton dimensions only
-        between tensors of the same rank): unsqueeze the lower-rank one at the front."""
-        out = [self.value(a), self.value(b)]
-        ranks = [len(self.shapes[r.name]) if isinstance(r, Ref) else None for r in (a, b)]
-        if None not in ranks and ranks[0] != ranks[1]:
-            low = 0 if ranks[0] < ranks[1] else 1
-            diff = abs(ranks[0] - ranks[1])
-            out[low] = self.op(f"{base}_broadcast", "unsqueeze", out[low],
-                               axes=list(range(diff)))
-        return out[0], out[1]
+        """Binary operands of equal rank (see :meth:`aligned`)."""
+        left, right = self.aligned(base, [a, b])
+        return left, right
+
+    def aligned(self, base: str, refs: Sequence[Any], logical: int | None = None
+                ) -> list[Any]:
+        """Operands of equal rank: NNEF broadcasts singleton dimensions only between
+        tensors of the same rank (PyTorch aligns trailing dimensions), so lower-rank
+        tensors are unsqueezed at the front.  Operand ``logical`` must be and stays
+        logical (a select condition)."""
+        out = []
+        for i, ref in enumerate(refs):
+            value = self.value(ref, logical=i == logical)
+            if i == logical and value.name not in self.logical:
+                raise self.error("a where condition that is not a comparison (NNEF select "
+                                 "takes a logical tensor)")
+            out.append(value)
+        ranks = [len(self.shapes[r.name]) if isinstance(r, Ref) else None for r in refs]
+        top = max((r for r in ranks if r is not None), default=None)
+        for i, rank in enumerate(ranks):
+            if rank is not None and rank < top:
+                out[i] = self.op(f"{base}_broadcast", "unsqueeze", out[i],
+                                 axes=list(range(top - rank)))
+        return out
+
+    def slice_axis(self, base: str, x: _Ident, axis: int, start: int, stop: int) -> _Ident:
+        return self.op(base, "slice", x, axes=[axis], begin=[start], end=[stop])
+
+    def prod(self, base: str, x: _Ident, shape: Sequence[int], dim: int | None,
+             keepdim: bool) -> _Ident:
+        """NNEF has no product reduction: multiply the slices along each axis in turn."""
+        rank = len(shape)
+        axes = list(range(rank)) if dim is None else [self.axis(dim, rank)]
+        y = x
+        for axis in axes:
+            if shape[axis] == 0:
+                raise self.error("prod over an empty dimension")
+            acc = self.slice_axis(f"{base}_{axis}_0", y, axis, 0, 1)
+            for i in range(1, shape[axis]):
+                acc = self.op(f"{base}_{axis}_{i}", "mul", acc,
+                              self.slice_axis(f"{base}_{axis}_s{i}", y, axis, i, i + 1))
+            y = acc
+        if keepdim or not axes:
+            return y if y is not x else self.op(base, "copy", x)
+        return self.op(base, "squeeze", y, axes=axes)
+
+    def pad(self, base: str, x: _Ident, shape: Sequence[int], pad: list[int], mode: str,
+            value: float) -> _Ident:
+        """``F.pad``: NNEF ``pad`` where NNEF consumers commonly run it (3-5-d tensors,
+        spatial dimensions only, no circular border), else per-dimension concatenation of
+        slices (or constants) of the input; negative pads crop."""
+        rank = len(shape)
+        pairs = [(0, 0)] * rank
+        for k in range(len(pad) // 2):
+            pairs[rank - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+        grow = [(max(p, 0), max(q, 0)) for p, q in pairs]
+        native = (mode in ("constant", "reflect", "replicate") and 3 <= rank <= 5
+                  and grow[:2] == [(0, 0), (0, 0)])
+        y, size = x, list(shape)
+        if native and any(p or q for p, q in grow):
+            y = self.op(f"{base}_grown" if grow != pairs else base, "pad", y, padding=grow,
+                        border=mode, value=value)
+            size = [s + p + q for s, (p, q) in zip(size, grow)]
+        elif not native:
+            for axis, (p, q) in enumerate(grow):
+                if p or q:
+                    y = self.pad_axis(f"{base}_{axis}", y, size, axis, p, q, mode, value)
+                    size[axis] += p + q
+        crop = [(axis, -p if p < 0 else 0, size[axis] + q if q < 0 else size[axis])
+                for axis, (p, q) in enumerate(pairs) if p < 0 or q < 0]
+        if crop:
+            y = self.op(base, "slice", y, axes=[c[0] for c in crop], begin=[c[1] for c in crop],
+                        end=[c[2] for c in crop])
+        return y if y is not x else self.op(base, "copy", x)
+
+    def pad_axis(self, base: str, x: _Ident, size: Sequence[int], axis: int, before: int,
+                 after: int, mode: str, value: float) -> _Ident:
+        n = size[axis]
+
+        def piece(i: int, j: int) -> _Ident:
+            return self.slice_axis(f"{base}_part", x, axis, i, j)
+
+        if mode == "constant":
+            def block(k: int) -> list[_Ident]:
+                filled = list(size)
+                filled[axis] = k
+                return [self.filled(f"{base}_fill", filled, value)] if k else []
+            left, right = block(before), block(after)
+        elif mode == "replicate":
+            left = [piece(0, 1)] * before
+            right = [piece(n - 1, n)] * after
+        elif mode == "reflect":
+            left = [piece(i, i + 1) for i in range(before, 0, -1)]
+            right = [piece(n - 2 - j, n - 1 - j) for j in range(after)]
+        else:  # circular
+            left = [piece(n - before, n)] if before else []
+            right = [piece(0, after)] if after else []
+        return self.op(base, "concat", [*left, x, *right], axis=axis)
 
     def hardsigmoid(self, base: str, x: _Ident) -> _Ident:
         scaled = self.op(f"{base}_scaled", "add", self.op(f"{base}_div", "div", x, 6.0), 0.5)
@@ -680,6 +919,8 @@ def _default_input_shapes(network: Network, params: Mapping[str, Any]) -> list[l
                 channels = cfg.get("in_channels", cfg.get("num_features"))
                 lead = [1, channels] if channels is not None else [1, 1]
                 options = [lead + [s] * n for s in range(1, 65)]
+            elif layer.type == "PReLU":
+                options = [[1, cfg["num_parameters"]]]
             elif layer.type == "LayerNorm":
                 shape = cfg["normalized_shape"]
                 options = [[1, *([shape] if isinstance(shape, int) else shape)]]

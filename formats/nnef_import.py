@@ -93,6 +93,8 @@ class _Lifter:
     variables: dict[str, tuple[np.ndarray, bool]] = field(default_factory=dict)
     placeholders: list[str] = field(default_factory=list)
     missing_data: list[str] = field(default_factory=list)
+    logical: set[str] = field(default_factory=set)
+    """IR values that are bool tensors (comparisons): a cast to scalar must convert them."""
     where: str = ""
 
     def error(self, message: str) -> NetworkError:
@@ -155,6 +157,8 @@ class _Lifter:
             if value.data.size == 1 and not value.ops and value.constant:
                 return float(value.data.reshape(()))
             return self.materialize(value)
+        if isinstance(value, _Marker) and value.node:
+            return _T(value.node)
         if isinstance(value, _Marker):
             raise self.error(f"{what}: the {value.kind} pattern is used in an unsupported "
                              "way")
@@ -392,9 +396,20 @@ def _copy(lf: _Lifter, op: Any) -> Any:
 
 
 def _cast(lf: _Lifter, op: Any) -> Any:
-    value = _input(lf, op, next(iter(op.inputs)))
-    return float(value) if isinstance(value, (int, float)) and not isinstance(
-        value, bool) else value
+    name = op.inputs[next(iter(op.inputs))]
+    value = _plain(lf, lf.value(name))
+    tensor = lf.graph.tensors.get(name) if isinstance(name, str) else None
+    logical = isinstance(value, bool) or isinstance(value, _T) and (
+        value.name in lf.logical or getattr(tensor, "dtype", None) == "logical")
+    if op.dtype == "logical":
+        if not logical:
+            raise lf.error("cast<logical> of a non-logical value is not supported")
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if logical:  # bool tensors stay bool under +, so make a float tensor now
+        return lf.call("mul", {"input": value, "other": 1.0}, base=_out(op))
+    return value
 
 
 def _unary(function: str):
@@ -419,15 +434,19 @@ def _abs(lf: _Lifter, op: Any) -> Any:
     return _Marker("abs", x, node.name) if isinstance(x, _T) else node
 
 
-def _sign(lf: _Lifter, op: Any) -> _Marker:
-    return _Marker("sign", _input(lf, op, "x"))
-
-
-def _erf(lf: _Lifter, op: Any) -> _Marker:
+def _sign(lf: _Lifter, op: Any) -> Any:
+    # computed now (pruned if only the sign(x) * relu(abs(x)) = x identity uses it)
     x = _input(lf, op, "x")
+    node = lf.call("sign", {"input": x}, base=_out(op))
+    return _Marker("sign", x, node.name) if isinstance(x, _T) else node
+
+
+def _erf(lf: _Lifter, op: Any) -> Any:
+    x = _input(lf, op, "x")
+    node = lf.call("erf", {"input": x}, base=_out(op))
     if isinstance(x, _Marker) and x.kind == "div_sqrt2":
-        return _Marker("erf", x.of)
-    raise lf.error("erf is supported only as part of GELU: x * (erf(x / sqrt(2)) + 1) / 2")
+        return _Marker("erf", x.of, node.name)
+    return node
 
 
 def _plain(lf: _Lifter, value: Any) -> Any:
@@ -439,22 +458,92 @@ def _plain(lf: _Lifter, value: Any) -> Any:
 
 def _binary(function: str):
     def handler(lf: _Lifter, op: Any) -> Any:
-        x, y = _input(lf, op, "x"), _input(lf, op, "y")
-        special = _patterns(lf, function, x, y)
+        special = _patterns(lf, function, _input(lf, op, "x"), _input(lf, op, "y"), _out(op))
         if special is not None:
             return special
-        x, y = _plain(lf, x), _plain(lf, y)
+        x, y = _aligned(lf, op, ("x", "y"))
         if function in ("min", "max"):
-            bound, other = (y, x) if isinstance(y, (int, float)) else (x, y)
-            if not isinstance(bound, (int, float)):
-                raise lf.error(f"{function} of two tensors is not supported (only with a "
-                               "number, as a clamp)")
+            x, y = lf.tensor(x, function), lf.tensor(y, function)
+            numbers = [v for v in (x, y) if not isinstance(v, _T)]
+            if len(numbers) == 2:
+                return float(min(x, y) if function == "min" else max(x, y))
+            if not numbers:
+                return lf.call("minimum" if function == "min" else "maximum",
+                               {"input": x, "other": y}, base=_out(op))
+            other = y if numbers[0] is x else x
             key = "max" if function == "min" else "min"
-            return lf.call("clamp", {"input": other, key: float(bound)}, base=_out(op))
+            return lf.call("clamp", {"input": other, key: float(numbers[0])}, base=_out(op))
         return lf.call(function, {"input": x, "other" if function != "pow" else "exponent": y},
                        base=_out(op))
 
     return handler
+
+
+def _operand_shape(lf: _Lifter, op: Any, name: str, value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, _Array):
+        return tuple(value.data.shape)
+    shape = lf.shape(op.inputs[name]) if isinstance(value, _T) else None
+    return None if shape is None else tuple(shape)
+
+
+def _aligned(lf: _Lifter, op: Any, names: Sequence[str]) -> list[Any]:
+    """The operands ``names``, NNEF broadcasting made explicit: NNEF gives a lower rank
+    trailing singleton dimensions where PyTorch would add leading ones."""
+    values = [_plain(lf, _input(lf, op, n)) for n in names]
+    shapes = [_operand_shape(lf, op, n, v) for n, v in zip(names, values)]
+    rank = max((len(s) for s in shapes if s is not None), default=0)
+    out = []
+    for value, shape in zip(values, shapes):
+        if shape is not None and len(shape) < rank and any(d != 1 for d in shape):
+            out.append(_extend(lf, value, len(shape), rank))
+        else:
+            out.append(value)
+    return out
+
+
+def _extend(lf: _Lifter, value: Any, rank: int, target: int) -> Any:
+    """``value`` of rank ``rank`` with trailing singleton dimensions up to ``target``."""
+    if isinstance(value, _Array):
+        data = value.data.reshape(value.data.shape + (1,) * (target - rank))
+        return _Array(data, value.base, value.ops + (("unsqueeze", list(range(rank, target))),),
+                      value.constant)
+    for _ in range(target - rank):
+        value = lf.call("unsqueeze", {"input": value, "dim": -1})
+    return value
+
+
+def _compare(function: str):
+    def handler(lf: _Lifter, op: Any) -> _T:
+        x, y = _aligned(lf, op, ("x", "y"))
+        node = lf.call(function, {"input": x, "other": y}, base=_out(op))
+        lf.logical.add(node.name)
+        return node
+
+    return handler
+
+
+def _logical(function: str):
+    """``or`` / ``and`` of logical tensors: PyTorch's bool + bool / bool * bool."""
+    def handler(lf: _Lifter, op: Any) -> _T:
+        x, y = _aligned(lf, op, ("x", "y"))
+        for v in (x, y):
+            if not (isinstance(v, _T) and v.name in lf.logical):
+                raise lf.error(f"{op.name} of a value that is not a comparison")
+        node = lf.call(function, {"input": x, "other": y}, base=_out(op))
+        lf.logical.add(node.name)
+        return node
+
+    return handler
+
+
+def _select(lf: _Lifter, op: Any) -> Any:
+    condition, a, b = _aligned(lf, op, ("condition", "true_value", "false_value"))
+    if isinstance(condition, bool):
+        return a if condition else b
+    node = lf.call("where", {"condition": condition, "input": a, "other": b}, base=_out(op))
+    if all(isinstance(v, _T) and v.name in lf.logical for v in (a, b)):
+        lf.logical.add(node.name)
+    return node
 
 
 def _is_number(value: Any, target: float) -> bool:
@@ -462,24 +551,32 @@ def _is_number(value: Any, target: float) -> bool:
         float(value) - target) <= 1e-6 * max(1.0, abs(target))
 
 
-def _patterns(lf: _Lifter, function: str, x: Any, y: Any) -> Any:
-    """Partial patterns: sign(a) * relu(abs(a)) = a; x * (erf(x/sqrt 2) + 1) * 0.5 = gelu."""
+def _patterns(lf: _Lifter, function: str, x: Any, y: Any, base: str) -> Any:
+    """Partial patterns: sign(a) * relu(abs(a)) = a; x * (erf(x/sqrt 2) + 1) * 0.5 = gelu.
+    Partial results are computed too (pruned when the pattern completes), so that other
+    uses of them are ordinary values."""
+
+    def mark(kind: str, of: Any) -> _Marker:
+        other = "other" if function != "pow" else "exponent"
+        node = lf.call(function, {"input": _plain(lf, x), other: _plain(lf, y)}, base=base)
+        return _Marker(kind, of, node.name)
+
     pairs = [(x, y), (y, x)] if function in ("mul", "add") else [(x, y)]
     for a, b in pairs:
         if function == "div" and isinstance(a, _T) and _is_number(b, math.sqrt(2.0)):
-            return _Marker("div_sqrt2", a)
+            return mark("div_sqrt2", a)
         if function == "mul" and isinstance(a, _T) and _is_number(b, 1 / math.sqrt(2.0)):
-            return _Marker("div_sqrt2", a)
+            return mark("div_sqrt2", a)
         if function == "mul" and isinstance(a, _Marker) and a.kind == "sign" and isinstance(
                 b, _Marker) and b.kind in ("abs", "relu_abs") and b.of == a.of:
             return a.of
         if function == "add" and isinstance(a, _Marker) and a.kind == "erf" and _is_number(b, 1):
-            return _Marker("erf1", a.of)
+            return mark("erf1", a.of)
         if function == "mul" and isinstance(a, _Marker) and a.kind == "erf1" and b == a.of:
-            return _Marker("gelu2", a.of)
+            return mark("gelu2", a.of)
         if function == "mul" and isinstance(a, _Marker) and a.kind == "erf1" and _is_number(
                 b, 0.5):
-            return _Marker("erf1_half", a.of)
+            return mark("erf1_half", a.of)
         if function == "mul" and isinstance(a, _Marker) and a.kind == "erf1_half" and b == a.of:
             return lf.call("gelu", {"input": a.of})
         if function == "mul" and isinstance(a, _Marker) and a.kind == "gelu2" and _is_number(
@@ -488,9 +585,6 @@ def _patterns(lf: _Lifter, function: str, x: Any, y: Any) -> Any:
         if function == "div" and isinstance(a, _Marker) and a.kind == "gelu2" and _is_number(
                 b, 2.0):
             return lf.call("gelu", {"input": a.of})
-    for v in (x, y):
-        if isinstance(v, _Marker) and not v.node:
-            raise lf.error(f"unsupported use of a {v.kind} pattern in {function}")
     return None
 
 
@@ -556,8 +650,10 @@ def _axes(lf: _Lifter, axes: Sequence[int], rank: int | None) -> list[int]:
 
 
 def _reduce(function: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Any:
         axes = _axes(lf, op.attribs["axes"], _rank(lf, op))
+        if not axes:  # NNEF reduces nothing; PyTorch would reduce every dimension
+            return _input(lf, op, "input")
         return lf.call(function, {"input": _input(lf, op, "input"), "dim": axes,
                                   "keepdim": True}, base=_out(op))
 
@@ -648,19 +744,114 @@ def _concat(function: str):
     return handler
 
 
-def _slice(lf: _Lifter, op: Any) -> _T:
+def _slice(lf: _Lifter, op: Any) -> Any:
     x = _input(lf, op, "input")
     axes = list(op.attribs["axes"])
     begin, end = list(op.attribs["begin"]), list(op.attribs["end"])
     stride = list(op.attribs.get("stride") or [1] * len(axes))
-    rank = _rank(lf, op)
-    axes = _axes(lf, axes, rank)
+    if not axes:
+        return x
+    shape = lf.shape(op.inputs["input"])
+    axes = _axes(lf, axes, None if shape is None else len(shape))
     full = {"slice": [None, None, None]}
     index: list[Any] = [full] * (max(axes) + 1)
+    flips = []
     for a, b, e, s in zip(axes, begin, end, stride):
-        stop = None if (e == 0 and s == 1) else int(e)
-        index[a] = {"slice": [int(b) if b else None, stop, None if s == 1 else int(s)]}
+        if s == 0:
+            raise lf.error("slice with stride 0 is not supported")
+        if s > 0:
+            stop = None if (e == 0 and s == 1) else int(e)
+            index[a] = {"slice": [int(b) if b else None, stop, None if s == 1 else int(s)]}
+            continue
+        if shape is None:
+            raise lf.error("slice with a negative stride needs known shapes")
+        flips.append(a)
+        index[a] = _reversed_slice(int(shape[a]), int(b), int(e), -int(s))
+    if flips:
+        last = all(i == full for i in index)
+        x = lf.call("flip", {"input": x, "dims": flips}, base=_out(op) if last else None)
+        if last:
+            return x
     return lf.call("getitem", {"input": x, "index": index}, base=_out(op))
+
+
+def _reversed_slice(n: int, b: int, e: int, k: int) -> dict[str, list[Any]]:
+    """The index, into the axis flipped, of NNEF's slice ``begin=b, end=e, stride=-k``
+    (as the nnef_tools interpreter: b, b-k, ... while above e, after adding ``n`` to
+    negative bounds and clamping them to [-1, n]; an element at n is out of range)."""
+    b, e = (min(max(v + n if v < 0 else v, -1), n) for v in (b, e))
+    if b == n:
+        b -= k
+    # element i of the axis is element n-1-i of the flipped axis
+    start, stop = n - 1 - b, max(n - 1 - e, 0)
+    return {"slice": [start or None, None if stop >= n else stop, None if k == 1 else k]}
+
+
+def _prelu(lf: _Lifter, op: Any) -> _T:
+    x, alpha = _input(lf, op, "x"), _input(lf, op, "alpha")
+    shape = lf.shape(op.inputs["x"])
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
+        return lf.call("leaky_relu", {"input": x, "negative_slope": float(alpha)},
+                       base=_out(op))
+    if isinstance(alpha, _Array) and shape is not None and alpha.data.ndim <= len(shape):
+        c = int(alpha.data.size)
+        wide = [i for i, d in enumerate(alpha.data.shape) if d != 1]
+        # PyTorch's PReLU: one weight, or one per channel on axis 1
+        if c == 1 or (wide == [1] and shape[1] == c):
+            args = {"num_parameters": c}
+            owner = lf.shared([alpha])
+            if owner is not None:
+                return lf.reuse(owner, "PReLU", args, [x], _out(op))
+            layer_id = lf.layer_id(_out(op), [alpha.base])
+            lf.claim(alpha, layer_id, "weight", (c,))
+            return lf.add_layer(layer_id, "PReLU", args, [x], _out(op))
+    # NNEF's definition: select(x < 0, alpha * x, x)
+    x, alpha = _aligned(lf, op, ("x", "alpha"))
+    negative = lf.call("lt", {"input": x, "other": 0.0})
+    scaled = lf.call("mul", {"input": alpha, "other": x})
+    return lf.call("where", {"condition": negative, "input": scaled, "other": x},
+                   base=_out(op))
+
+
+_PAD_MODES = ("constant", "reflect", "replicate")
+
+
+def _pad(lf: _Lifter, op: Any) -> Any:
+    x = _input(lf, op, "input")
+    padding = [(int(p), int(q)) for p, q in op.attribs["padding"]]
+    border = op.attribs.get("border", "constant")
+    if border == "reflect-even" and all(p <= 1 and q <= 1 for p, q in padding):
+        border = "replicate"  # mirroring one element repeats the edge
+    if border not in _PAD_MODES:
+        raise lf.error(f"pad border {border!r} is not supported (PyTorch pads with "
+                       f"{', '.join(map(repr, _PAD_MODES))})")
+    shape = lf.shape(op.inputs["input"])
+    rank = len(shape) if shape is not None else len(padding)
+    if len(padding) != rank:
+        raise lf.error(f"pad has {len(padding)} padding pairs for a rank-{rank} input")
+    k = next((rank - i for i, p in enumerate(padding) if p != (0, 0)), 0)
+    if not k:
+        return x
+    if border == "constant":
+        value = float(op.attribs.get("value", 0.0))
+        pad = [v for p, q in reversed(padding[rank - k:]) for v in (p, q)]
+        return lf.call("pad", {"input": x, "pad": pad, "value": value or None}, base=_out(op))
+    # PyTorch pads the last k = 1, 2 or 3 dimensions of a rank k+1 or k+2 input
+    k = max(k, rank - 2)
+    if k > 3:
+        raise lf.error(f"pad with border {border!r} of {k} dimensions is not supported "
+                       "(PyTorch pads at most the last 3 dimensions)")
+    batch = k == rank
+    if batch:
+        x = lf.call("unsqueeze", {"input": x, "dim": 0})
+    pads = [v for pair in reversed(padding[rank - k:]) for v in pair]
+    crop = any(v < 0 for v in pads)
+    x = lf.call("pad", {"input": x, "pad": [max(v, 0) for v in pads], "mode": border},
+                base=None if batch or crop else _out(op))
+    if crop:  # NNEF crops after padding (a constant pad by negative amounts crops)
+        x = lf.call("pad", {"input": x, "pad": [min(v, 0) for v in pads]},
+                    base=None if batch else _out(op))
+    return lf.call("squeeze", {"input": x, "dim": 0}, base=_out(op)) if batch else x
 
 
 def _matmul(lf: _Lifter, op: Any) -> _T:
@@ -910,6 +1101,20 @@ def _norm_rank(lf: _Lifter, op: Any) -> int:
     return rank
 
 
+def _claim_affine(lf: _Lifter, op: Any, layer_id: str, scale: Any, offset: Any, c: int
+                  ) -> None:
+    """A norm's scale/offset as its weight/bias (a number where the other is a variable
+    fills the array); numbers alone must be 1/0 (``affine=False``)."""
+    if isinstance(scale, _Array) or isinstance(offset, _Array):
+        for name, value in (("weight", scale), ("bias", offset)):
+            if isinstance(value, _Array):
+                lf.claim(value, layer_id, name, (c,))
+            else:
+                lf.params.setdefault(layer_id, {})[name] = np.full((c,), value, np.float32)
+    elif scale != 1.0 or offset != 0.0:
+        raise lf.error(f"{op.name} with constant scale/offset other than 1/0")
+
+
 def _batch_norm(lf: _Lifter, op: Any) -> _T:
     rank = _norm_rank(lf, op)
     n = {2: 1, 3: 1, 4: 2, 5: 3}.get(rank)
@@ -925,14 +1130,7 @@ def _batch_norm(lf: _Lifter, op: Any) -> _T:
     layer_id = lf.layer_id(_out(op), arrays)
     lf.claim(mean, layer_id, "running_mean", (c,))
     lf.claim(var, layer_id, "running_var", (c,))
-    if affine:
-        for name, value in (("weight", scale), ("bias", offset)):
-            if isinstance(value, _Array):
-                lf.claim(value, layer_id, name, (c,))
-            else:
-                lf.params.setdefault(layer_id, {})[name] = np.full((c,), value, np.float32)
-    elif scale != 1.0 or offset != 0.0:
-        raise lf.error("batch_normalization with constant scale/offset other than 1/0")
+    _claim_affine(lf, op, layer_id, scale, offset, c)
     args = {"num_features": c, "eps": float(op.attribs["epsilon"]), "affine": affine,
             "track_running_stats": True}
     return lf.add_layer(layer_id, f"BatchNorm{n}d", args, [_input(lf, op, "input")], _out(op))
@@ -942,29 +1140,24 @@ def _mvn(lf: _Lifter, op: Any) -> _T:
     rank = _norm_rank(lf, op)
     axes = _axes(lf, op.attribs["axes"], rank)
     n = len(axes)
-    if n not in (1, 2, 3) or axes != list(range(rank - n, rank)) or rank not in (n + 1, n + 2):
+    # over the batch and spatial axes: a BatchNorm normalising with batch statistics
+    batch = rank in (2, 3, 4, 5) and axes == [0, *range(2, rank)]
+    if not batch and (n not in (1, 2, 3) or axes != list(range(rank - n, rank))
+                      or rank not in (n + 1, n + 2)):
         raise lf.error(f"mean_variance_normalization over axes {axes} of a rank-{rank} "
-                       "tensor is not an instance norm")
+                       "tensor is neither an instance norm nor a batch norm")
     shape = lf.shape(op.inputs["input"])
-    c = int(shape[rank - n - 1])
+    c = int(shape[1] if batch else shape[rank - n - 1])
     scale = _vector(lf, _input(lf, op, "scale"), "scale", c)
     offset = _vector(lf, _input(lf, op, "offset"), "offset", c)
     affine = isinstance(scale, _Array) or isinstance(offset, _Array)
     arrays = [a.base for a in (scale, offset) if isinstance(a, _Array)]
     layer_id = lf.layer_id(_out(op), arrays)
-    if affine:
-        for name, value in (("weight", scale), ("bias", offset)):
-            if isinstance(value, _Array):
-                lf.claim(value, layer_id, name, (c,))
-            else:
-                lf.params.setdefault(layer_id, {})[name] = np.full((c,), value, np.float32)
-    elif scale != 1.0 or offset != 0.0:
-        raise lf.error("mean_variance_normalization with constant scale/offset other than "
-                       "1/0")
+    _claim_affine(lf, op, layer_id, scale, offset, c)
     args = {"num_features": c, "eps": float(op.attribs.get("epsilon", 1e-5)),
             "affine": affine, "track_running_stats": False}
-    return lf.add_layer(layer_id, f"InstanceNorm{n}d", args, [_input(lf, op, "input")],
-                        _out(op))
+    layer_type = f"BatchNorm{max(rank - 2, 1)}d" if batch else f"InstanceNorm{n}d"
+    return lf.add_layer(layer_id, layer_type, args, [_input(lf, op, "input")], _out(op))
 
 
 _OPS: dict[str, Any] = {
@@ -974,7 +1167,7 @@ _OPS: dict[str, Any] = {
     "mean_variance_normalization": _mvn, "reshape": _reshape, "squeeze": _squeeze,
     "unsqueeze": _unsqueeze, "transpose": _transpose, "concat": _concat("cat"),
     "stack": _concat("stack"), "slice": _slice, "matmul": _matmul,
-    "relu": _relu, "abs": _abs, "sign": _sign, "erf": _erf,
+    "relu": _relu, "abs": _abs, "sign": _sign, "erf": _erf, "prelu": _prelu, "pad": _pad,
     "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "exp": _unary("exp"),
     "log": _unary("log"), "sqrt": _unary("sqrt"), "neg": _unary("neg"),
     "gelu": _unary("gelu"), "silu": _unary("silu"), "softplus": _unary("softplus"),
@@ -984,6 +1177,10 @@ _OPS: dict[str, Any] = {
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"),
     "div": _binary("div"), "pow": _binary("pow"), "min": _binary("min"),
     "max": _binary("max"), "mean_reduce": _reduce("mean"), "sum_reduce": _reduce("sum"),
+    "max_reduce": _reduce("amax"), "min_reduce": _reduce("amin"),
+    "sin": _unary("sin"), "cos": _unary("cos"), "gt": _compare("gt"), "lt": _compare("lt"),
+    "ge": _compare("ge"), "le": _compare("le"), "eq": _compare("eq"), "select": _select,
+    "or": _logical("add"), "and": _logical("mul"),
 }
 
 

@@ -3,9 +3,9 @@
 * Every network of ``test_cases/`` is exported to ONNX by PyTorch and converted to NNEF by
   ``nnef_tools.convert`` (with ``--tensor-mapping``); each one it converts imports with
   outputs equal to the nnef_tools PyTorch interpreter's to 1e-5.
-* Every network of ``test_cases/`` that NNEF can express goes IR -> NNEF -> IR
-  identically (the interpreter agrees with the torch backend on the written files, and
-  lifting the graph alone gives the same outputs); the others are refused with a reason.
+* Every network of ``test_cases/`` goes IR -> NNEF -> IR identically; the nnef_tools
+  interpreter agrees with the torch backend on the written files, and lifting the graph
+  alone (without our ``petab_sciml.json``) gives the same outputs.
 """
 
 from __future__ import annotations
@@ -36,58 +36,6 @@ TOL = 1e-5
 ONNX_OPSET = 13
 """nnef_tools 1.0 converts opset 13 models (newer opsets move ``axes`` to inputs)."""
 
-NOT_WRITABLE = {
-    "bilinear": "Bilinear has no NNEF equivalent",
-    "avgpool2d": "divisor_override other than the window size",
-    "adaptivemaxpool1d": "not a multiple of the output size",
-    "adaptivemaxpool2d": "not a multiple of the output size",
-    "adaptivemaxpool3d": "not a multiple of the output size",
-    "adaptiveavgpool1d": "not a multiple of the output size",
-    "adaptiveavgpool2d_unbatched": "not a multiple of the output size",
-    "adaptiveavgpool3d": "not a multiple of the output size",
-    "instancenorm2d": "InstanceNorm with running statistics",
-}
-"""Reference networks NNEF cannot express, with the reason the writer gives."""
-
-NOT_WRITTEN_YET = {
-    "where": "function gt has no NNEF equivalent",
-    "comparisons": "function gt has no NNEF equivalent",
-    "erf_sign": "function erf has no NNEF equivalent",
-    "sin_cos": "function sin has no NNEF equivalent",
-    "maximum_minimum": "function maximum has no NNEF equivalent",
-    "pad": "function pad has no NNEF equivalent",
-    "pad_4d": "function pad has no NNEF equivalent",
-    "amax_amin": "function amax has no NNEF equivalent",
-    "prod": "function prod has no NNEF equivalent",
-    "flip": "function flip has no NNEF equivalent",
-    "prelu": "layer type PReLU has no NNEF equivalent",
-    "prelu_rank1_2": "layer type PReLU has no NNEF equivalent",
-    "prelu_conv": "layer type PReLU has no NNEF equivalent",
-}
-"""Networks with catalogue functions the NNEF writer does not map yet, with the writer's
-message (NNEF has gt/lt/ge/le/eq, select, sin, cos, sign, max, min, max_reduce,
-min_reduce, pad and prelu; erf, prod and flip would need fragments or decompositions)."""
-
-NOT_READ_YET = {
-    "where": "NNEF gt and select are not lifted yet",
-    "comparisons": "NNEF gt and select are not lifted yet",
-    "erf_sign": "NNEF erf outside the GELU pattern is not lifted yet",
-    "sin_cos": "NNEF sin and cos are not lifted yet",
-    "maximum_minimum": "NNEF max of two tensors is not lifted yet",
-    "amax_amin": "NNEF max_reduce and min_reduce are not lifted yet",
-    "flip": "NNEF slices with negative strides are not lifted yet",
-}
-"""nnef_tools conversions using NNEF operations the reader does not lift to the new
-catalogue functions yet (strict: a reader extension is noticed)."""
-
-NOT_LIFTABLE = {
-    "softplus": "softplus with a threshold is written with select/gt",
-    "activation_modules": "softplus with a threshold is written with select/gt",
-}
-"""Networks whose written graph, read *without* our metadata, uses operations that have no
-catalogue function (the metadata makes the round trip exact anyway)."""
-
-
 def _args(onnx_path: Path, out: Path, mapping: Path) -> argparse.Namespace:
     """``nnef_tools.convert`` command-line arguments (defaults plus a tensor mapping)."""
     return argparse.Namespace(
@@ -104,8 +52,10 @@ def _interpret(folder: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
     from nnef_tools.interpreter.pytorch import Interpreter
 
     with contextlib.redirect_stdout(io.StringIO()):
+        # prelu as NNEF defines it (select(x < 0, alpha * x, x), NNEF broadcasting): the
+        # interpreter's own prelu is F.prelu, which refuses an alpha of shape [1, C, 1].
         interpreter = Interpreter(str(folder), device="cpu",
-                                  decomposed=["erf", "mean_variance_normalization"])
+                                  decomposed=["erf", "mean_variance_normalization", "prelu"])
         outputs = interpreter([np.asarray(x) for x in inputs])
     return [outputs[t.name] for t in interpreter.output_details()]
 
@@ -179,10 +129,7 @@ def _forward(network: Any, params: Any, inputs: list[np.ndarray], backend: str =
 
 
 @pytest.mark.skipif(GENERATE is None, reason="test_cases/generate.py not found")
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=[pytest.mark.xfail(reason=NOT_READ_YET[c.name], strict=True)]
-                 if c.name in NOT_READ_YET else []) for _, c in CASES],
-    ids=[c.name for _, c in CASES])
+@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[c.name for _, c in CASES])
 def test_nnef_tools_conversions_import(case: Any, converted: dict[str, Any]) -> None:
     item = converted[case.name]
     if "skip" in item:
@@ -237,13 +184,6 @@ def test_ir_nnef_ir_is_identical(index: int, case: Any, tmp_path: Path) -> None:
         pytest.skip("case folder not generated")
     network, params, inputs = _case_network(index, case)
     target = tmp_path / "model"
-    reason = NOT_WRITABLE.get(case.name) or NOT_WRITTEN_YET.get(case.name)
-    if reason:
-        with pytest.raises(NetworkError, match="cannot write NNEF") as info:
-            nnef_format.write(network, target, params=params,
-                              input_shapes=[list(x.shape) for x in inputs])
-        assert reason in str(info.value)
-        return
     nnef_format.write(network, target, params=params,
                       input_shapes=[list(x.shape) for x in inputs])
     nnef.load_graph(str(target))  # the reference parser reads it
@@ -257,10 +197,6 @@ def test_ir_nnef_ir_is_identical(index: int, case: Any, tmp_path: Path) -> None:
     expected = _forward(network, params, inputs)
     interpreted = _interpret(target, inputs)
     assert max_error(interpreted, expected) <= TOL, "the interpreter disagrees"
-    if case.name in NOT_LIFTABLE:
-        with pytest.raises(NetworkError, match="not supported"):
-            nnef_format.read_with_parameters(target, metadata=False)
-        return
     lifted, lifted_params = nnef_format.read_with_parameters(target, metadata=False)
     assert max_error(_forward(lifted, lifted_params, inputs), expected) <= TOL
 
