@@ -49,6 +49,7 @@ def _args(onnx_path: Path, out: Path, mapping: Path) -> argparse.Namespace:
 
 
 def _interpret(folder: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of the nnef_tools PyTorch interpreter (an NNEF implementation of its own)."""
     from nnef_tools.interpreter.pytorch import Interpreter
 
     with contextlib.redirect_stdout(io.StringIO()):
@@ -57,7 +58,7 @@ def _interpret(folder: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
         interpreter = Interpreter(str(folder), device="cpu",
                                   decomposed=["erf", "mean_variance_normalization", "prelu"])
         outputs = interpreter([np.asarray(x) for x in inputs])
-    return [outputs[t.name] for t in interpreter.output_details()]
+    return [np.asarray(outputs[t.name]) for t in interpreter.output_details()]
 
 
 def _valid_nnef(folder: Path) -> str | None:
@@ -266,7 +267,7 @@ def _write_graph(folder: Path, text: str, variables: dict[str, np.ndarray]) -> P
     for label, data in variables.items():
         (folder / f"{label}.dat").parent.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{label}.dat", "wb") as handle:
-            nnef.write_tensor(handle, data.astype(np.float32))
+            nnef.write_tensor(handle, np.asarray(data, np.float32))
     return folder
 
 

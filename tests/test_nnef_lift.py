@@ -5,8 +5,6 @@ nnef_tools PyTorch interpreter or an independent numpy reference."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,8 @@ pytest.importorskip("nnef_tools")
 from petab_sciml.errors import NetworkError  # noqa: E402
 from petab_sciml.formats import nnef as nnef_format  # noqa: E402
 from petab_sciml.plugins import get_backend  # noqa: E402
+from tests.test_nnef import _interpret  # noqa: E402
+from tests.test_nnef import _write_graph as write_graph  # noqa: E402
 
 TOL = 1e-5
 
@@ -28,23 +28,8 @@ TOL = 1e-5
 def _write_graph(folder: Path, body: str, inputs: str,
                  variables: dict[str, np.ndarray] | None = None, outputs: str = "out",
                  header: str = "") -> Path:
-    folder.mkdir()
-    (folder / "graph.nnef").write_text(
-        f"version 1.0;\n{header}\ngraph net( {inputs} ) -> ( {outputs} )\n{{\n{body}\n}}\n")
-    for label, data in (variables or {}).items():
-        with open(folder / f"{label}.dat", "wb") as handle:
-            nnef.write_tensor(handle, np.asarray(data, np.float32))
-    return folder
-
-
-def _interpret(folder: Path, inputs: list[np.ndarray], decomposed: tuple[str, ...] = ()
-               ) -> list[np.ndarray]:
-    from nnef_tools.interpreter.pytorch import Interpreter
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        interpreter = Interpreter(str(folder), device="cpu", decomposed=list(decomposed))
-        outputs = interpreter([np.asarray(x) for x in inputs])
-    return [np.asarray(outputs[t.name]) for t in interpreter.output_details()]
+    return write_graph(folder, f"version 1.0;\n{header}\ngraph net( {inputs} ) -> "
+                               f"( {outputs} )\n{{\n{body}\n}}\n", variables or {})
 
 
 def _lift(folder: Path) -> tuple[Any, dict]:
@@ -180,7 +165,7 @@ def test_prelu_per_channel_size_one_and_generic(tmp_path: Path) -> None:
 
     reference = prelu(w.reshape(1, 3, 1, 1)) + prelu(w1) + prelu(g)
     network = _check(folder, [x], [reference])
-    _check(folder, [x], _interpret(folder, [x], ("prelu",)), ("torch",))
+    _check(folder, [x], _interpret(folder, [x]), ("torch",))
     layers = {lid: layer.type for lid, layer in network.layers.items()}
     assert sorted(layers.values()) == ["PReLU", "PReLU"], layers
     configs = sorted(layer.config["num_parameters"] for layer in network.layers.values())
@@ -320,7 +305,7 @@ def test_erf_sign_sin_cos_standalone_and_patterns(tmp_path: Path) -> None:
     reference = (erf(x) * np.sign(x) + x * (erf(x / math.sqrt(2)) + 1) * 0.5 + x
                  + np.sin(x) + np.cos(x) + x / math.sqrt(2))
     network = _check(folder, [x], [reference.astype(np.float32)])
-    _check(folder, [x], _interpret(folder, [x], ("erf",)), ("torch",))
+    _check(folder, [x], _interpret(folder, [x]), ("torch",))
     functions = _functions(network)
     assert {"erf", "sign", "gelu", "sin", "cos"} <= functions
     # x / sqrt 2 is used beyond GELU; relu(abs(x)) only by the identity
