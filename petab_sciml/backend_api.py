@@ -1,5 +1,10 @@
 """The contract every backend follows (numpy in, numpy out at the boundary).
 
+A backend is one folder (``backends/<name>/``) registered under the
+``petab_sciml.backends`` entry point: networks (``build``, ``forward``, ...), the
+simulation of whole problems (``executor``) and the array functions of compiled
+formulas (``expression_namespace``) all come from it; the core never imports a framework.
+
 Backends are found through the ``petab_sciml.backends`` entry-point group (see
 :mod:`petab_sciml.plugins`).  Parameters are always exchanged as a nested mapping
 ``{group: {array: ndarray}}`` whose flattened keys ``group.array`` equal the PyTorch
@@ -49,3 +54,15 @@ class Backend(Protocol):
     def gradients(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
                   seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Gradient of ``sum(all outputs)`` with respect to every trainable array."""
+
+    # -- problems (simulation of a PEtab SciML problem; see petab_sciml.simulation)
+    def executor(self, plan: Any, **options: Any) -> Any:
+        """The objective of a :class:`~petab_sciml.simulation.plan.SimulationPlan` in this
+        framework: an object with ``run("value" | "value_and_grad", w)`` (numpy ``w``;
+        returns the outputs dict, plus the gradient with respect to the free entries
+        ``plan.free_index``).  ``options`` are the framework's solver options."""
+
+    def expression_namespace(self) -> dict[str, Any]:
+        """The array functions that formulas compiled by
+        :func:`petab_sciml.expressions.compile_expressions` call (``_m`` the array
+        module with numpy's function names, ``_where``, ``_stack``, ...)."""

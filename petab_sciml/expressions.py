@@ -333,26 +333,27 @@ def free_symbol_names(expr: sympy.Basic | Iterable[sympy.Basic]) -> set[str]:
 # Compiler
 # ---------------------------------------------------------------------------------------
 
-# sympy function class -> (jax name, torch name, numpy name) of the backend module function
+# sympy function class -> name of the array-module function (numpy's names, which jax.numpy
+# and torch share)
 _FUNCS = {
-    sympy.exp: ("exp", "exp", "exp"),
-    sympy.log: ("log", "log", "log"),
-    sympy.sin: ("sin", "sin", "sin"),
-    sympy.cos: ("cos", "cos", "cos"),
-    sympy.tan: ("tan", "tan", "tan"),
-    sympy.asin: ("arcsin", "asin", "arcsin"),
-    sympy.acos: ("arccos", "acos", "arccos"),
-    sympy.atan: ("arctan", "atan", "arctan"),
-    sympy.sinh: ("sinh", "sinh", "sinh"),
-    sympy.cosh: ("cosh", "cosh", "cosh"),
-    sympy.tanh: ("tanh", "tanh", "tanh"),
-    sympy.asinh: ("arcsinh", "asinh", "arcsinh"),
-    sympy.acosh: ("arccosh", "acosh", "arccosh"),
-    sympy.atanh: ("arctanh", "atanh", "arctanh"),
-    sympy.Abs: ("abs", "abs", "abs"),
-    sympy.sign: ("sign", "sign", "sign"),
-    sympy.floor: ("floor", "floor", "floor"),
-    sympy.ceiling: ("ceil", "ceil", "ceil"),
+    sympy.exp: "exp",
+    sympy.log: "log",
+    sympy.sin: "sin",
+    sympy.cos: "cos",
+    sympy.tan: "tan",
+    sympy.asin: "arcsin",
+    sympy.acos: "arccos",
+    sympy.atan: "arctan",
+    sympy.sinh: "sinh",
+    sympy.cosh: "cosh",
+    sympy.tanh: "tanh",
+    sympy.asinh: "arcsinh",
+    sympy.acosh: "arccosh",
+    sympy.atanh: "arctanh",
+    sympy.Abs: "abs",
+    sympy.sign: "sign",
+    sympy.floor: "floor",
+    sympy.ceiling: "ceil",
 }
 # reciprocal functions: f(x) = base(1/x) or 1/base(x)
 _RECIPROCAL = {
@@ -369,7 +370,6 @@ _RECIPROCAL = {
     sympy.acsch: (sympy.asinh, "inner"),
     sympy.acoth: (sympy.atanh, "inner"),
 }
-_BACKEND_INDEX = {"jax": 0, "torch": 1, "numpy": 2}
 
 
 def _is_boolean(expr) -> bool:
@@ -379,8 +379,7 @@ def _is_boolean(expr) -> bool:
 class _Printer:
     """sympy -> Python source for one backend; symbols map to local variable names."""
 
-    def __init__(self, backend: str, names: Mapping[sympy.Basic, str]):
-        self.col = _BACKEND_INDEX[backend]
+    def __init__(self, names: Mapping[sympy.Basic, str]):
         self.names = names
 
     def num(self, expr) -> str:
@@ -499,7 +498,7 @@ class _Printer:
                 return f"(1.0 / {self.code(base(arg, evaluate=False))})"
             return self.code(base(1 / arg, evaluate=False))
         if func in _FUNCS:
-            name = _FUNCS[func][self.col]
+            name = _FUNCS[func]
             args = ", ".join(self.arr(a) for a in expr.args)
             return f"_m.{name}({args})"
         if _is_boolean(expr):
@@ -508,39 +507,13 @@ class _Printer:
 
 
 def _namespace(backend: str) -> dict[str, Any]:
-    if backend == "jax":
-        import jax.numpy as m
+    """Array functions of compiled code: numpy here, any other backend from its
+    ``expression_namespace()`` (found through the ``petab_sciml.backends`` entry points)."""
+    if backend != "numpy":
+        from petab_sciml.plugins import get_backend
 
-        ns = {
-            "_m": m,
-            "_asarray": m.asarray,
-            "_where": m.where,
-            "_minimum": m.minimum,
-            "_maximum": m.maximum,
-            "_and": m.logical_and,
-            "_or": m.logical_or,
-            "_xor": m.logical_xor,
-            "_not": m.logical_not,
-            "_stack": lambda xs: m.stack(xs, axis=-1),
-            "_empty": lambda z: m.zeros(z.shape + (0,), z.dtype),
-        }
-    elif backend == "torch":
-        import torch as m
-
-        ns = {
-            "_m": m,
-            "_asarray": m.as_tensor,
-            "_where": m.where,
-            "_minimum": m.minimum,
-            "_maximum": m.maximum,
-            "_and": m.logical_and,
-            "_or": m.logical_or,
-            "_xor": m.logical_xor,
-            "_not": m.logical_not,
-            "_stack": lambda xs: m.stack(xs, dim=-1),
-            "_empty": lambda z: m.zeros(z.shape + (0,), dtype=z.dtype, device=z.device),
-        }
-    elif backend == "numpy":
+        ns = dict(get_backend(backend).expression_namespace())
+    else:
         import numpy as m
 
         ns = {
@@ -556,8 +529,6 @@ def _namespace(backend: str) -> dict[str, Any]:
             "_stack": lambda xs: m.stack(xs, axis=-1),
             "_empty": lambda z: m.zeros(m.shape(z) + (0,), m.asarray(z).dtype),
         }
-    else:
-        raise ValueError(f"unknown backend {backend!r}: use 'jax', 'torch' or 'numpy'")
     ns.update({"_inf": math.inf, "_nan": math.nan})
     return ns
 
@@ -600,8 +571,12 @@ def compile_expressions(
     group names (other than ``time``) raises :class:`ExpressionError` naming it; a symbol
     named in two groups too.
     """
-    if backend not in _BACKEND_INDEX:
-        raise ValueError(f"unknown backend {backend!r}: use 'jax', 'torch' or 'numpy'")
+    if backend != "numpy":
+        from petab_sciml.plugins import backend_names
+
+        if backend not in backend_names():
+            raise ValueError(f"unknown backend {backend!r}: use numpy or an installed "
+                             f"backend ({', '.join(backend_names())})")
     if not name.isidentifier() or name.startswith("_"):
         raise ValueError(f"function name {name!r} is not a plain Python identifier")
     exprs = [parse(e) for e in exprs]
@@ -640,7 +615,7 @@ def compile_expressions(
         )
     else:
         replacements, reduced = [], exprs
-    printer = _Printer(backend, names)
+    printer = _Printer(names)
     body: list[str] = []
     for k, (sym, sub) in enumerate(replacements):
         if _is_boolean(sub):

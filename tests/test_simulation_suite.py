@@ -4,7 +4,7 @@ tolerances of each ``solutions.yaml``, and the backends against each other.
 
 Each (case, backend) is evaluated once per session (objective, gradient and
 simulations come from one compiled function) and shared by the tests below.  JAX's
-compiled objectives go to the user cache folder (``petab_sciml.simulation.cache``), so
+compiled objectives go to the user cache folder (``petab_sciml.backends.jax.cache``), so
 repeated runs skip tracing and compilation.
 """
 

@@ -156,6 +156,30 @@ class JaxBackend:
 
     name = "jax"
 
+    def executor(self, plan: Any, *, cache: bool | None = None,
+                 cache_dir: str | None = None, **options: Any) -> Any:
+        """The objective of a simulation plan in JAX (:class:`~.simulation.JaxExecutor`).
+
+        ``cache`` (default: on unless ``PETAB_SCIML_CACHE=0``) keeps the traced objective
+        across processes in ``cache_dir`` (:mod:`~petab_sciml.backends.jax.cache`)."""
+        from .cache import ExportCache, cache_enabled
+        from .simulation import JaxExecutor, JaxOptions
+
+        use_cache = cache_enabled() if cache is None else bool(cache)
+        return JaxExecutor(plan, JaxOptions(**options),
+                           ExportCache(cache_dir) if use_cache else None)
+
+    def expression_namespace(self) -> dict[str, Any]:
+        """Array functions for compiled PEtab formulas
+        (:func:`petab_sciml.expressions.compile_expressions`)."""
+        return {
+            "_m": jnp, "_asarray": jnp.asarray, "_where": jnp.where,
+            "_minimum": jnp.minimum, "_maximum": jnp.maximum, "_and": jnp.logical_and,
+            "_or": jnp.logical_or, "_xor": jnp.logical_xor, "_not": jnp.logical_not,
+            "_stack": lambda xs: jnp.stack(xs, axis=-1),
+            "_empty": lambda z: jnp.zeros(z.shape + (0,), z.dtype),
+        }
+
     def build(self, network: Network, *, dtype: str = "float32", seed: int = 0) -> JaxNet:
         return JaxNet(build_model(network, dtype=check_dtype(dtype), seed=seed))
 

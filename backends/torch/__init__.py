@@ -21,6 +21,27 @@ class TorchBackend:
 
     name = "torch"
 
+    def executor(self, plan: Any, **options: Any) -> Any:
+        """The objective of a simulation plan in PyTorch (:class:`~.simulation.TorchExecutor`)."""
+        require("torch", "torch")
+        from petab_sciml.backends.torch.simulation import TorchExecutor, TorchOptions
+
+        return TorchExecutor(plan, TorchOptions(**options))
+
+    def expression_namespace(self) -> dict[str, Any]:
+        """Array functions for compiled PEtab formulas
+        (:func:`petab_sciml.expressions.compile_expressions`)."""
+        require("torch", "torch")
+        import torch as m
+
+        return {
+            "_m": m, "_asarray": m.as_tensor, "_where": m.where, "_minimum": m.minimum,
+            "_maximum": m.maximum, "_and": m.logical_and, "_or": m.logical_or,
+            "_xor": m.logical_xor, "_not": m.logical_not,
+            "_stack": lambda xs: m.stack(xs, dim=-1),
+            "_empty": lambda z: m.zeros(z.shape + (0,), dtype=z.dtype, device=z.device),
+        }
+
     def build(self, network: Network, *, dtype: str = "float32", seed: int = 0) -> Any:
         require("torch", "torch")
         from petab_sciml.backends.torch.build import build_module

@@ -22,8 +22,6 @@ import numpy as np
 
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
-BACKENDS = ("jax", "torch")
-
 
 @dataclass
 class Evaluation:
@@ -50,32 +48,28 @@ class Evaluation:
 class Simulator:
     """Objective, gradient and simulations of one problem in one backend.
 
-    ``options`` go to the executor: JAX ``solver`` (``tsit5``, ``dopri5``, ``dopri8``,
-    ``kvaerno3/4/5`` for stiff models), ``rtol``, ``atol``, ``max_steps``,
+    ``options`` go to the backend's executor (``Backend.executor``): JAX ``solver``
+    (``tsit5``, ``dopri5``, ``dopri8``, ``kvaerno3/4/5`` for stiff models), ``rtol``,
+    ``atol``, ``max_steps``,
     ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``); PyTorch
     ``method`` (``dopri5``, ...), ``rtol``, ``atol``, ``adjoint``, ``max_steps``.  JAX
     also takes ``cache`` (True/False) and ``cache_dir`` for the cross-process cache.
     """
 
     def __init__(self, plan: SimulationPlan, backend: str = "jax", **options: Any):
-        if backend not in BACKENDS:
-            raise SimulationError(f"unknown backend {backend!r}; use jax or torch")
+        from petab_sciml.plugins import backend_names, get_backend
+
+        if backend not in backend_names():
+            raise SimulationError(f"unknown backend {backend!r}; installed: "
+                                  f"{', '.join(backend_names())}")
         self.plan = plan
         self.backend = backend
-        cache = options.pop("cache", None)
-        cache_dir = options.pop("cache_dir", None)
-        if backend == "jax":
-            from petab_sciml.simulation.cache import ExportCache, cache_enabled
-            from petab_sciml.simulation.jax_executor import JaxExecutor, JaxOptions
+        self.executor = get_backend(backend).executor(plan, **options)
 
-            self.executor = JaxExecutor(plan, JaxOptions(**options))
-            use_cache = cache_enabled() if cache is None else bool(cache)
-            self.cache = ExportCache(cache_dir) if use_cache else None
-        else:
-            from petab_sciml.simulation.torch_executor import TorchExecutor, TorchOptions
-
-            self.executor = TorchExecutor(plan, TorchOptions(**options))
-            self.cache = None
+    @property
+    def cache(self) -> Any:
+        """The executor's cross-process cache of compiled code (None where it has none)."""
+        return getattr(self.executor, "cache", None)
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -112,9 +106,9 @@ class Simulator:
         from one compiled function."""
         w = self._w(params)
         if grad:
-            out, g = self.executor.run("value_and_grad", w, self.cache)
+            out, g = self.executor.run("value_and_grad", w)
         else:
-            out, g = self.executor.run("value", w, self.cache), None
+            out, g = self.executor.run("value", w), None
         ev = Evaluation(float(_np(out["value"])), float(_np(out["llh"])),
                         float(_np(out["logprior"])), np.asarray(_np(out["simulations"]),
                                                                 np.float64),

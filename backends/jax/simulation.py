@@ -1,4 +1,4 @@
-"""JAX executor: the whole objective (and its gradient) as one jitted function.
+"""JAX simulation: the whole objective (and its gradient) as one jitted function.
 
 * The ODE is solved with diffrax (explicit adaptive ``Dopri8`` with a PID step-size
   controller by default, ``tsit5``/``dopri5`` selectable; ``solver="kvaerno5"``
@@ -88,7 +88,8 @@ class JaxExecutor:
 
     backend = "jax"
 
-    def __init__(self, plan: SimulationPlan, options: JaxOptions | None = None):
+    def __init__(self, plan: SimulationPlan, options: JaxOptions | None = None,
+                 cache: Any = None):
         from petab_sciml.backends.jax.model import check_dtype
 
         check_dtype("float64")  # switches on x64 (float64 ODE solves)
@@ -106,6 +107,8 @@ class JaxExecutor:
         self._forwards = self._networks()
         self.data = {k: jnp.asarray(v) for k, v in self._data_arrays().items()}
         self.n_traces = 0
+        self.cache = cache
+        """An :class:`~petab_sciml.backends.jax.cache.ExportCache`, or None."""
         self._compiled: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ networks
@@ -569,7 +572,7 @@ class JaxExecutor:
         return (jnp.asarray(np.asarray(w, np.float64)), jnp.asarray(theta0, jnp.float64),
                 self.data)
 
-    def compiled(self, kind: str, cache: Any = None):
+    def compiled(self, kind: str):
         """The jitted ``value_and_grad`` or ``value`` function (built on first use)."""
         found = self._compiled.get(kind)
         if found is not None:
@@ -578,15 +581,15 @@ class JaxExecutor:
 
         fn = self.value_and_grad_fn() if kind == "value_and_grad" else self.value_fn()
         jitted = jax.jit(fn, compiler_options=COMPILER_OPTIONS)
-        if cache is not None:
-            jitted = cache.wrap(self, kind, jitted)
+        if self.cache is not None:
+            jitted = self.cache.wrap(self, kind, jitted)
         self._compiled[kind] = jitted
         return jitted
 
-    def run(self, kind: str, w: np.ndarray, cache: Any = None):
+    def run(self, kind: str, w: np.ndarray):
         """``value``: outputs dict; ``value_and_grad``: (outputs dict, gradient wrt the
         free parameters, ``plan.free_index`` order)."""
-        result = self.compiled(kind, cache)(*self.arguments(w))
+        result = self.compiled(kind)(*self.arguments(w))
         if kind == "value":
             return result
         out, grad = result

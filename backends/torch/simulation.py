@@ -1,4 +1,4 @@
-"""PyTorch executor: the objective with autograd through ``torchdiffeq.odeint``.
+"""PyTorch simulation: the objective with autograd through ``torchdiffeq.odeint``.
 
 Why torchdiffeq: it is the established differentiable ODE solver for PyTorch, pure
 PyTorch (no compiled extension, CPU and GPU), with adaptive explicit Runge-Kutta methods
@@ -500,7 +500,7 @@ class TorchExecutor:
             object.__setattr__(owner, name, flat[start: start + s.size].view(s.shape))
 
     # ------------------------------------------------------------------ entry points
-    def run(self, kind: str, w: np.ndarray, cache: Any = None) -> tuple[dict, Any] | dict:
+    def run(self, kind: str, w: np.ndarray) -> tuple[dict, Any] | dict:
         """``value``: outputs dict; ``value_and_grad``: (outputs dict, gradient wrt the
         free parameters).  Runs single-threaded: the tensors are tiny, and intra-op
         threads only wait for each other (badly so on a busy machine)."""

@@ -119,7 +119,7 @@ def nan_errors():
 
 
 def _compiler_options() -> dict:
-    from petab_sciml.simulation.jax_executor import COMPILER_OPTIONS
+    from petab_sciml.backends.jax.simulation import COMPILER_OPTIONS
 
     return dict(COMPILER_OPTIONS)
 
