@@ -94,6 +94,27 @@ class Problem:
         """Simulated observables in measurement-table order."""
         return self.simulator().simulate(p)
 
+    def model(self, params: Any = None, *, backend: str | None = None, **options: Any) -> Any:
+        """The whole problem as a native trainable model of ``backend`` (default: the
+        problem's): an ``equinox.Module`` in JAX (:mod:`petab_sciml.backends.jax.problem`),
+        a ``torch.nn.Module`` in PyTorch (:mod:`petab_sciml.backends.torch.problem`).
+        Its estimated values start at the nominal values, or at ``params``
+        (``{"mech": linear values, "nets": {...}}``); ``options`` are the backend's
+        simulation options."""
+        from petab_sciml.plugins import get_backend
+
+        return get_backend(backend or self.backend_name).problem_model(self, params,
+                                                                       **options)
+
+    def save(self, values: Any, out_dir: str | Path, *, force: bool = False) -> Path:
+        """Write this problem with ``values`` as its nominal values into ``out_dir``.
+
+        ``values`` is a native model (:meth:`model`) or ``{"mech": ..., "nets": ...}``.
+        See :func:`petab_sciml.problem.save.save_problem`; returns the new problem.yaml."""
+        from petab_sciml.problem.save import save_problem
+
+        return save_problem(self, values, out_dir, force=force)
+
     # ------------------------------------------------------------- plain-data views
     def initial_parameters(self, net_id: str) -> dict[str, dict[str, np.ndarray]]:
         """``{layer: {array: float64 ndarray}}``: the initial values (PyTorch layout)."""

@@ -207,14 +207,22 @@ class SimulationPlan:
     n_obs_par: int
     n_noise_par: int
     measurements: MeasurementPlan
-    priors: list[tuple[Prior, np.ndarray, float, float]]
-    """(prior, indices into ``w``, lower, upper bounds) for each (prior, bounds) pair."""
+    priors: list[tuple[Prior, np.ndarray, float, float, str]]
+    """(prior, indices into ``w``, lower, upper bounds, scale) for each (prior, bounds,
+    scale) group; ``scale`` is the ``parameterScale`` on which a ``parameterScale*`` prior
+    applies (``lin`` for every other prior, which applies to the linear value)."""
     logprior_const: float
     """Constant part of the log-prior (truncation to bounds, implicit uniform priors)."""
     has_priors: bool
     model: Any = None
     """The hybridized :class:`~petab_sciml.sbml.OdeModel`."""
     info: dict[str, Any] = field(default_factory=dict)
+    mech_scale: tuple[str, ...] = ()
+    """``parameterScale`` of each estimated mechanistic parameter (``lin``, ``log``,
+    ``log10``): the scale the native trainable models optimize on."""
+    w_lower: np.ndarray | None = None
+    """Lower bound of every entry of ``w`` (linear scale; -inf where unbounded)."""
+    w_upper: np.ndarray | None = None
 
     # ---------------------------------------------------------------- symbol groups
     @property
@@ -292,6 +300,14 @@ class SimulationPlan:
         mask = np.zeros(self.n_w, bool)
         mask[self.free_index] = True
         return mask
+
+
+def _scaled(values: Iterable[float], scale: str) -> tuple[float, ...]:
+    """``values`` (linear) on ``scale``: ``log`` (natural) or ``log10``; 0 maps to -inf."""
+    if scale == "lin":
+        return tuple(values)
+    log = math.log if scale == "log" else math.log10
+    return tuple(-math.inf if v <= 0 else log(v) if math.isfinite(v) else v for v in values)
 
 
 def _numpy(value: Any) -> Any:
@@ -520,6 +536,7 @@ class _Builder:
         upper = [plain[p].upper if plain[p].upper is not None else math.inf for p in mech]
         self.mech_lower = np.array(lower, np.float64)
         self.mech_upper = np.array(upper, np.float64)
+        self.mech_scale = tuple(plain[p].scale for p in mech)
         w0 = [_nominal(plain[p]) for p in mech]
         free = list(range(len(mech)))
         offset = len(mech)
@@ -840,7 +857,10 @@ class _Builder:
 
     # ------------------------------------------------------------------ priors
     def _priors(self) -> None:
+        from petab_sciml.simulation.likelihood import on_parameter_scale, truncation_log_mass
+
         free = set(self.free_index.tolist())
+        scale_of = dict(zip(range(len(self.mech_ids)), self.mech_scale))
         by_key: dict[tuple, list[int]] = {}
         has = any(p is not None for p in self.w_prior)
         const = 0.0
@@ -851,13 +871,12 @@ class _Builder:
                 if has and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     const -= math.log(hi - lo)   # implicit uniform(lower, upper)
                 continue
-            by_key.setdefault((prior, lo, hi), []).append(i)
+            scale = scale_of.get(i, "lin") if on_parameter_scale(prior) else "lin"
+            by_key.setdefault((prior, lo, hi, scale), []).append(i)
         priors = []
-        for (prior, lo, hi), idx in by_key.items():
-            from petab_sciml.simulation.likelihood import truncation_log_mass
-
-            const -= len(idx) * truncation_log_mass(prior, lo, hi)
-            priors.append((prior, np.array(idx, np.int64), lo, hi))
+        for (prior, lo, hi, scale), idx in by_key.items():
+            const -= len(idx) * truncation_log_mass(prior, *_scaled((lo, hi), scale))
+            priors.append((prior, np.array(idx, np.int64), lo, hi, scale))
         self.priors = priors
         self.logprior_const = const
         self.has_priors = has
@@ -903,6 +922,9 @@ class _Builder:
             logprior_const=self.logprior_const,
             has_priors=self.has_priors,
             model=self.model,
+            mech_scale=self.mech_scale,
+            w_lower=np.asarray(self.w_lower, np.float64),
+            w_upper=np.asarray(self.w_upper, np.float64),
         )
         for net in plan.networks:
             net.input_exprs = tuple(self.model.expand(e) for e in net.input_exprs)
