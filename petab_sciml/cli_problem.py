@@ -1,8 +1,8 @@
-"""``petab-sciml validate`` and ``petab-sciml info`` (registered in :mod:`petab_sciml.cli`).
+"""``petab-sciml validate``, ``info`` and ``upgrade`` (registered in :mod:`petab_sciml.cli`).
 
-Exit status of ``validate``: 0 valid (warnings allowed), 1 invalid, 2 usage error.
-Neither command needs torch or jax, and neither runs code from the problem unless
-``--trust-code`` is given.
+Exit status of ``validate`` and ``info``: 0 valid (warnings allowed), 1 invalid, 2 usage
+error.  None of these commands needs torch or jax, and none runs code from the problem
+unless ``--trust-code`` is given.
 """
 
 from __future__ import annotations
@@ -63,14 +63,18 @@ def _print_issues(report) -> None:
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
 def info(problem: Path, as_json: bool, trust_code: bool) -> None:
-    """Show a problem's networks and every parameter-table row, resolved."""
+    """Show a problem's networks and every parameter-table row, resolved.
+
+    Exits 1 if the problem is invalid (run validate for the issues).
+    """
     from petab_sciml.problem.info import problem_info
 
     data = problem_info(problem, trust_code=trust_code)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
-        return
-    _print_info(data)
+    else:
+        _print_info(data)
+    sys.exit(0 if data["valid"] else 1)
 
 
 def _fmt(value) -> str:
@@ -108,3 +112,40 @@ def _print_info(data: dict) -> None:
     verdict = "valid" if data["valid"] else "invalid"
     console.print(f"{data['problem']}: {verdict} ({data['errors']} error(s), "
                   f"{data['warnings']} warning(s); run validate for details)")
+
+
+@click.command("upgrade")
+@click.argument("problem", type=_PROBLEM)
+@click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in "
+              "DESTINATION.")
+def upgrade(problem: Path, destination: Path, force: bool) -> None:
+    """Rewrite a problem of an older PEtab SciML draft in the current format.
+
+    Reads PROBLEM (its YAML file) and writes the problem into the folder DESTINATION:
+    `problems:` and `parameter_file` become top-level file lists, measurements'
+    simulationConditionId an experiment table, per-target condition columns condition
+    rows, simulation-network assignments a hybridization table (docs/problems.md).  Prints
+    each change, then validates the result.  Exits 0 if the result is valid (or nothing
+    needed upgrading), 1 otherwise.
+    """
+    from petab_sciml.problem.upgrade import UpgradeError, upgrade_problem
+    from petab_sciml.problem.validate import validate_problem
+
+    try:
+        result = upgrade_problem(problem, destination, force=force)
+    except UpgradeError as exc:
+        raise click.ClickException(f"cannot upgrade: {exc}") from None
+    if result.problem is None:
+        click.echo(f"{problem}: already in the current format; nothing written")
+        return
+    click.echo(f"{problem} -> {result.problem}:")
+    for change in result.changes:
+        click.echo(f"  - {change}")
+    report = validate_problem(result.problem)
+    if report.ok:
+        warnings = len(report.issues.warnings)
+        click.echo(f"{result.problem}: valid ({warnings} warning(s))")
+        return
+    _print_issues(report)
+    sys.exit(1)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from petab_sciml.problem.issues import IssueList
+from petab_sciml.problem.legacy import LegacyConstruct, current_view, yaml_constructs
 from petab_sciml.problem.tables import ID_RE
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -65,6 +66,9 @@ class ProblemConfig:
     networks: dict[str, NetworkEntry] = field(default_factory=dict)
     hybridization_files: list[str] = field(default_factory=list)
     array_files: list[str] = field(default_factory=list)
+    legacy: list[LegacyConstruct] = field(default_factory=list)
+    """Constructs of an older draft found in the YAML (their files are read from where
+    that draft has them; see :mod:`petab_sciml.problem.legacy`)."""
 
     def resolve(self, name: str) -> Path:
         p = Path(name)
@@ -95,8 +99,10 @@ def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
                    f"{type(raw).__name__}", file=file)
         return None
     cfg = ProblemConfig(path=path, base=path.parent, raw=raw)
-    _read_core(cfg, raw, issues, file)
-    _read_extension(cfg, raw, issues, file)
+    cfg.legacy = yaml_constructs(raw, file)
+    view = current_view(raw) if cfg.legacy else raw
+    _read_core(cfg, view, issues, file)
+    _read_extension(cfg, view, issues, file)
     return cfg
 
 

@@ -17,6 +17,7 @@ from petab_sciml.errors import ArrayFileError, MissingExtraError, PetabSciMLErro
 from petab_sciml.problem.config import SPEC_FORMATS, ProblemConfig, read_config
 from petab_sciml.problem.entities import EntityError, EntityRef, check_entity, parse_entity
 from petab_sciml.problem.issues import IssueList, Severity
+from petab_sciml.problem.legacy import report_legacy
 from petab_sciml.problem.model import ModelError, ModelInfo, read_sbml_ids
 from petab_sciml.problem.tables import ID_RE, Row, Table, TableError, read_table
 
@@ -91,6 +92,7 @@ def load_context(path: str | Path, *, trust_code: bool = False,
     if ctx.config is None:
         return ctx
     _read_tables(ctx)
+    report_legacy(ctx)
     _read_model(ctx)
     _read_networks(ctx)
     _read_arrays(ctx)

@@ -47,6 +47,11 @@ _RULE_LIST = [
          "(`parameter_files`, `observable_files`, `measurement_files`, `model_files`) are "
          "present."),
     Rule("FILE_NOT_FOUND", _E, "petab", "Every file the problem names exists."),
+    Rule("LEGACY_LAYOUT", _E, "petab", "The problem is in the current format, not an older "
+         "draft (a `problems:` list, `parameter_file`, `simulationConditionId` or "
+         "`preequilibrationConditionId` in measurements, a condition table with one column "
+         "per target). Reported once, before every other issue; `petab-sciml upgrade` "
+         "rewrites such a problem."),
     Rule("EXT_MISSING", _E, "sciml", "The problem has a SciML extension section "
          "(`extensions.sciml` or `extensions.petab_sciml`)."),
     Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension has a non-empty "
@@ -161,6 +166,10 @@ _RULE_LIST = [
          "mapped to network parameters."),
     Rule("PARAM_ARRAY_VALUES_MISSING", _E, "sciml", "Network parameters whose nominal value is "
          "`array` are present in an array file."),
+    Rule("PARAM_ARRAY_FILE_IGNORED", _W, "tool", "Numbers in `nominalValue` do not hide every "
+         "network parameter an array file holds: a number wins over the file (PEtab SciML), "
+         "so such a file is not used at all; the warning names the file and the rows "
+         "(numbers overriding part of a file that is used elsewhere are not reported)."),
     Rule("PARAM_NN_UNCOVERED", _E, "sciml", "Every trainable network parameter is covered by a "
          "parameter-table row (through the mapping table)."),
     Rule("PARAM_NN_AMBIGUOUS", _E, "sciml", "Two rows of the same specificity (network, "
@@ -174,7 +183,18 @@ _RULE_LIST = [
     Rule("PARAM_DROPOUT_INVALID", _E, "ext", "`dropout` is empty or a number p with "
          "0 <= p < 1, only on rows mapped to whole networks, layers or arrays."),
     # ---------------------------------------------------------------- PEtab v2 core
-    Rule("MODEL_INVALID", _E, "petab", "The problem has one model file, readable SBML."),
+    Rule("MODEL_INVALID", _E, "petab", "The problem has one model file, readable and "
+         "consistent SBML (the checks libsbml runs when loading reads it)."),
+    Rule("MODEL_UNSUPPORTED", _E, "tool", "The model uses only the SBML subset the simulators "
+         "support (docs/sbml.md); loading refuses other constructs, naming the element."),
+    Rule("SIMULATION_UNSUPPORTED", _E, "tool", "The simulation plan that loading builds can be "
+         "built: no PEtab feature the simulators do not support (pre-equilibration, ...) and "
+         "no inconsistency between the model and the tables."),
+    Rule("FORMULA_INVALID", _E, "petab", "Formulas (observable and noise formulas, "
+         "hybridization and condition values) are valid PEtab math (parsed as loading parses "
+         "them, when the simulation plan is built)."),
+    Rule("SIMULATION_NOT_CHECKED", _I, "tool", "libsbml or sympy is not installed, so the "
+         "SBML consistency checks and the simulation plan that loading needs were not run."),
     Rule("MEASUREMENT_OBSERVABLE_UNKNOWN", _E, "petab", "Measurements use defined observables."),
     Rule("MEASUREMENT_EXPERIMENT_UNKNOWN", _E, "petab", "Measurements use defined experiments."),
     Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` and `time` are numbers "
@@ -193,6 +213,9 @@ _RULE_LIST = [
 ]
 
 RULES: dict[str, Rule] = {r.code: r for r in _RULE_LIST}
+
+ROOT_CAUSES = frozenset({"LEGACY_LAYOUT"})
+"""Codes whose issue explains many others: reports list them first."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +277,11 @@ class IssueList(list):
     @property
     def warnings(self) -> list[Issue]:
         return [i for i in self if i.severity == Severity.WARNING]
+
+    def sort_for_report(self) -> None:
+        """Root causes first, then errors before warnings, then by file and row."""
+        self.sort(key=lambda i: (i.code not in ROOT_CAUSES, -int(i.severity), i.file or "",
+                                 i.row or 0))
 
     def codes(self) -> set[str]:
         return {i.code for i in self}

@@ -9,6 +9,7 @@ simulator can use ``{net: {layer: {array: ndarray}}}`` plus masks without re-par
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,11 @@ class ProblemError(PetabSciMLError):
     def __init__(self, message: str, issues: IssueList):
         super().__init__(message)
         self.issues = issues
+
+
+class ProblemWarning(UserWarning):
+    """A validation warning of a problem that loads (issued once per warning by
+    :func:`load_problem`; the issue is in ``problem.issues`` too)."""
 
 
 class NetworkParameters(dict):
@@ -143,21 +149,33 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
     open keep the backend's seeded default initialisation).  In torch, arrays that are
     entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
     element-wise masks for every backend.  Raises :class:`ProblemError` if validation
-    finds errors; networks whose format runs code need ``trust_code=True``.
+    finds errors and issues each validation warning as a :class:`ProblemWarning`;
+    networks whose format runs code need ``trust_code=True``.
 
     With ``simulation`` (default) the SBML model is imported and the simulation plan
     built here, so a model outside the supported SBML subset fails at load
-    (``UnsupportedSbmlError`` naming the element), never during a simulation.
+    (``UnsupportedSbmlError`` naming the element), never during a simulation; validation
+    runs the same, so ``petab-sciml validate`` reports it too.  Without ``simulation``
+    those errors do not stop loading the networks.
     """
     from petab_sciml.plugins import get_backend
 
     report = validate_problem(path, trust_code=trust_code, read_values=True)
+    if report.plan_error is not None:
+        # the checks that building the simulation plan makes: the only error (they run on
+        # an otherwise valid problem); raise what the plan builder raised, as it names
+        # the element (UnsupportedSbmlError, SimulationError, ...)
+        if simulation:
+            raise report.plan_error
+        report.issues.remove(report.plan_issue)
     if report.issues.errors:
         lines = "\n".join(f"  {i}" for i in report.issues.errors[:20])
         more = len(report.issues.errors) - 20
         raise ProblemError(f"{path}: the problem is invalid ({len(report.issues.errors)} "
                            f"error(s)):\n{lines}" + (f"\n  ... {more} more" if more > 0 else ""),
                            report.issues)
+    for issue in report.issues.warnings:
+        warnings.warn(f"{path}: {issue}", ProblemWarning, stacklevel=2)
     ctx = report.context
     unchecked = sorted(ctx.unchecked_networks)
     if unchecked:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -275,11 +276,19 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
     numbers = np.array([r.nominal if isinstance(r.nominal, float) else np.nan
                         for r in rows] + [np.nan], np.float64)
     values: Nested = {}
+    files: dict[str, list] = {}
+    """array file -> [elements whose value it gives, elements a number hides, rows]"""
     for lay, arrays in result.row_index.items():
         values[lay] = {}
         for arr, idx in arrays.items():
             k = kind[idx]
             source = file_arrays.get(lay, {}).get(arr)
+            if source is not None:
+                name = getattr(source, "path", None)
+                stats = files.setdefault(Path(name).name if name else "", [0, 0, set()])
+                stats[0] += int(np.sum(k != 1))
+                stats[1] += int(np.sum(k == 1))
+                stats[2].update(np.unique(idx[k == 1]).tolist())
             needs_file = k == 2
             if source is None and np.any(needs_file):
                 first = rows[int(idx[needs_file].flat[0])]
@@ -299,5 +308,15 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
                 data = np.asarray(source, dtype=np.float64)
                 out = np.where(use_file, data, out) if not np.all(use_file) else data.copy()
             values[lay][arr] = out
+    for name, (used, hidden, row_ids) in files.items():
+        if used or not hidden:
+            continue  # the file is used; numbers on some of its arrays are overrides
+        shown = [rows[r] for r in sorted(row_ids, key=lambda r: rows[r].line)]
+        numbers = ", ".join(f"{r.id!r} (nominalValue {r.nominal:g})" for r in shown)
+        issues.add("PARAM_ARRAY_FILE_IGNORED", f"array file {name or '(in memory)'} holds "
+                   f"{hidden} parameter(s) of network {result.net_id!r}, but the "
+                   f"parameter table gives all of them numbers (row(s) {numbers}), which "
+                   "win: none of the file's values is used. Write nominalValue 'array' to "
+                   "use them", file=table_file, row=shown[0].line, column="nominalValue")
     if read_values:
         result.values = values
