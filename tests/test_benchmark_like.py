@@ -61,14 +61,9 @@ def test_dandekar_evaluates_with_the_numbers_not_the_file(backend, tmp_path):
 # ------------------------------------------------------------------ Ko-like
 KO = models.ko_pendulum()
 
-# Parts of the Ko-like problem depend on other work in progress (issue 15): reading gelu
-# with ``inplace`` (the catalogue's no-effect arguments; checked here, so those tests run
-# once it is merged) and, in JAX, a model without constant parameters
-# (``ths.reshape(-1, theta0.size)`` divides by zero; strict xfail: remove the marker with
-# the fix).
+# Reading gelu with ``inplace`` (the catalogue's no-effect arguments) is checked here, so
+# those tests run once it is accepted.
 GELU_INPLACE = "gelu(inplace=...) is not accepted yet (issue 15, no-effect arguments)"
-NO_CONSTANTS_JAX = ("JAX cannot simulate a model without constant parameters yet "
-                    "(issue 15: ZeroDivisionError in backends/jax/simulation.py)")
 
 
 def _gelu_inplace_accepted() -> bool:
@@ -95,7 +90,7 @@ def test_ko_objective_torch(tmp_path):
     assert _objective(KO.problem, "torch", tmp_path) == pytest.approx(KO.nll(), rel=1e-6)
 
 
-@pytest.mark.xfail(reason=f"{NO_CONSTANTS_JAX}; {GELU_INPLACE}", strict=True)
+@pytest.mark.xfail(not _gelu_inplace_accepted(), reason=GELU_INPLACE, strict=True)
 def test_ko_objective_jax(tmp_path):
     pytest.importorskip("scipy")
     assert _objective(KO.problem, "jax", tmp_path) == pytest.approx(KO.nll(), rel=1e-6)
@@ -122,7 +117,6 @@ def test_ko_structure_evaluates_in_torch(ko_without_inplace, tmp_path):
                                                                               rel=1e-6)
 
 
-@pytest.mark.xfail(reason=NO_CONSTANTS_JAX, strict=True)
 def test_ko_structure_evaluates_in_jax(ko_without_inplace, tmp_path):
     pytest.importorskip("scipy")
     assert _objective(ko_without_inplace, "jax", tmp_path) == pytest.approx(KO.nll(),
