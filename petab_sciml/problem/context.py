@@ -65,6 +65,10 @@ class ProblemContext:
     """Networks that could not be loaded (runs code, no plugin, invalid)."""
     arrays: ArraySources = field(default_factory=ArraySources)
     mapping: dict[str, Mapped] = field(default_factory=dict)
+    huge_formulas: set[str] = field(default_factory=set)
+    """Tables (file names) with a formula that does not parse or holds a constant too
+    large for exact arithmetic; libpetab's second opinion skips them (sympy would take
+    hours on ``9^9^9`` or ``1e999999``)."""
 
     # ------------------------------------------------------------------ helpers
     def rows(self, kind: str):
