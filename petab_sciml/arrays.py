@@ -211,6 +211,7 @@ def _count_entries(h5: h5py.File, path: Path) -> None:
 def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> ArrayFile:
     """Check the top level and read each group's structure."""
     for name in h5:
+        _child(h5, name, path, name)   # an external link is refused as such, unfollowed
         if name not in GROUPS:
             raise ArrayFileError(f"unknown top-level group {name!r}; expected only "
                                  f"{', '.join(GROUPS)}", file=path, entry=name)

@@ -91,6 +91,9 @@ def read_table(path: Path, kind: str, file: str) -> Table:
     rows: list[Row] = []
     problems: list[tuple[str, str, int, str | None]] = []
     positions: list[tuple[int, str]] = []
+    # a cell may be as long as the file (a formula's own budget is checked later, with
+    # its location); csv's default limit would make a long cell a table error
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     try:
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
         for record in reader:
