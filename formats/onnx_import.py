@@ -244,7 +244,6 @@ class _Importer:
                            file=self.source)
 
     def _prepare(self) -> None:
-        onnx = self.onnx
         from onnx import numpy_helper
 
         if self.opset < MIN_OPSET:
