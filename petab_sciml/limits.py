@@ -52,7 +52,7 @@ class Limits:
     """Groups plus datasets in one HDF5 array file."""
     max_folded_elements: int = 10_000_000
     """Elements of one value computed while folding constants of an ONNX graph."""
-    max_archive_member_bytes: int = 1024 * MiB
+    max_archive_member_bytes: int = 256 * MiB
     """Size of one member of a ``.tgz`` archive (NNEF); the total is bounded by 4x."""
 
     def replace(self, **changes: int) -> Limits:

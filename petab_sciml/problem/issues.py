@@ -228,7 +228,7 @@ _RULE_LIST = [
     Rule("LIMIT_CONSTANT_FOLDING", _E, "tool", "Folding the constants of an ONNX graph makes "
          "no value of more than `max_folded_elements` (10,000,000) elements."),
     Rule("LIMIT_ARCHIVE_MEMBER", _E, "tool", "A member of an NNEF `.tgz` archive is a "
-         "regular file or folder of at most `max_archive_member_bytes` (1 GiB)."),
+         "regular file or folder of at most `max_archive_member_bytes` (256 MiB)."),
     Rule("INTERNAL_ERROR", _E, "tool", "A check failed unexpectedly; this is a bug in "
          "petab-sciml, please report it."),
 ]
