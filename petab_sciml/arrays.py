@@ -339,7 +339,7 @@ def _child(group: h5py.Group, name: str, path: Path, entry: str, *, budget: bool
     objects reported.  Links are resolved one level at a time: an external link (which
     would open another file), also one reached through soft links, is refused without
     being followed.  A dataset must hold its own data, and with ``budget`` at most
-    ``max_elements`` elements."""
+    ``max_array_elements`` elements."""
     try:
         node = _walk(group, name, path, entry, 0)
     except (KeyError, OSError, RuntimeError, ValueError) as exc:
@@ -376,7 +376,8 @@ def _walk(group: Any, name: str, path: Path, entry: str, hops: int) -> Any:
 def _check_own_data(node: h5py.Dataset, path: Path, entry: str, *, budget: bool = True
                     ) -> None:
     """Refuse datasets whose values live in other files (external raw storage, virtual
-    datasets) and datasets larger than ``max_elements``, before any value is read."""
+    datasets) and datasets larger than ``max_array_elements``, before any value is
+    read."""
     from petab_sciml import limits
 
     if node.external:
@@ -390,7 +391,7 @@ def _check_own_data(node: h5py.Dataset, path: Path, entry: str, *, budget: bool 
                              "their own data", file=path, entry=entry,
                              code="ARRAY_EXTERNAL_DATA")
     if budget and node.shape:
-        limits.check("max_elements", f"dataset of shape {tuple(node.shape)}: elements",
+        limits.check("max_array_elements", f"dataset of shape {tuple(node.shape)}: elements",
                      math.prod(node.shape), file=path, entry=entry)
 
 

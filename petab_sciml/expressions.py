@@ -426,7 +426,7 @@ class _Printer:
                 return "_inf" if expr > 0 else "(-_inf)"
             raise ExpressionError(f"cannot evaluate constant {expr}") from exc
         if value.imag != 0 and not math.isnan(value.imag):
-            raise ExpressionError(f"constant {expr} is not real")
+            return "_nan"   # as float arithmetic has it: (-2)^(1/3) is NaN, not an error
         real = value.real
         if math.isnan(real):
             return "_nan"

@@ -31,7 +31,7 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Limits:
-    """The budgets (defaults suit problems with networks up to ~10^7 parameters)."""
+    """The budgets (defaults suit problems with networks up to 5 x 10^7 parameters)."""
 
     max_file_bytes: int = 256 * MiB
     """Size of a table, SBML model or other text file read whole."""
@@ -41,9 +41,11 @@ class Limits:
     """YAML nodes after expanding aliases (``*ref``): stops "billion laughs" files."""
     max_yaml_depth: int = 100
     """Nesting of YAML mappings and lists."""
-    max_elements: int = 10_000_000
-    """Scalars a network declares (all its parameter arrays), and scalars of one array
-    in an array file or a network file."""
+    max_elements: int = 50_000_000
+    """Scalars a network declares (all its parameter arrays; a variable of an NNEF graph
+    without its data)."""
+    max_array_elements: int = 50_000_000
+    """Elements of one dataset of an HDF5 array file (from its shape, before reading)."""
     max_expression_depth: int = 100
     """Height of a math expression's tree (nested calls, operators, powers)."""
     max_expression_chars: int = 100_000
@@ -71,6 +73,7 @@ LIMIT_CODES: Mapping[str, str] = {
     "max_yaml_nodes": "LIMIT_YAML_ALIASES",
     "max_yaml_depth": "LIMIT_YAML_DEPTH",
     "max_elements": "LIMIT_ELEMENTS",
+    "max_array_elements": "LIMIT_ARRAY_SHAPE",
     "max_expression_depth": "LIMIT_EXPRESSION_DEPTH",
     "max_expression_chars": "LIMIT_EXPRESSION_SIZE",
     "max_array_entries": "LIMIT_ARRAY_ENTRIES",

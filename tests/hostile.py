@@ -368,13 +368,13 @@ def _huge_input(root: Path, shape: tuple[int, ...]) -> Path:
 @case("hdf5_shape_1e6", "a 7 KB HDF5 input declaring shape (3, 1e6, 1e6) is called valid")
 def _(root):
     return both(_huge_input(root, (3, 10**6, 10**6)),
-                ["LIMIT_ELEMENTS", "net1_ps.hdf5", "inputs/net1_prey/0"])
+                ["LIMIT_ARRAY_SHAPE", "net1_ps.hdf5", "inputs/net1_prey/0"])
 
 
 @case("hdf5_shape_20000", "at (3, 20000, 20000) load_problem grows past 18 GB")
 def _(root):
     return both(_huge_input(root, (3, 20000, 20000)),
-                ["LIMIT_ELEMENTS", "net1_ps.hdf5", "inputs/net1_prey/0"])
+                ["LIMIT_ARRAY_SHAPE", "net1_ps.hdf5", "inputs/net1_prey/0"])
 
 
 @case("hdf5_200k_groups", "200k groups in an array file: 248 s and 200k warnings")
@@ -624,6 +624,30 @@ def _(root):
              helper.make_node("Add", ["x", "c"], ["y"])]
     return both(_onnx_problem(root, nodes, "bomb.onnx"),
                 ["LIMIT_CONSTANT_FOLDING", "bomb.onnx", "ConstantOfShape"])
+
+
+@case("onnx_external_data", "ONNX external data outside the problem folder is not read")
+def _(root):
+    import onnx
+    from onnx import TensorProto, helper
+
+    problem = make_problem(root)
+    (root / "outside").mkdir()
+    (root / "outside" / "w.bin").write_bytes(np.arange(2, dtype=np.float32).tobytes())
+    weight = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2],
+                              data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "../../outside/w.bin"), ("offset", "0"),
+                       ("length", "8")):
+        weight.external_data.add(key=key, value=value)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (problem.parent / "ext.onnx").write_bytes(model.SerializeToString())
+    edit(problem, "location: net1.yaml\n        format: YAML",
+         "location: ext.onnx\n        format: onnx")
+    return both(problem, ["NN_FILE_INVALID", "ext.onnx", "points outside"])
 
 
 def _tgz(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> None:

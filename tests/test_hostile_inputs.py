@@ -4,19 +4,21 @@ command in a subprocess.
 For every run: the exit status; the issue code and location in the output; no traceback;
 at most 5 s of CPU time (user + system, so that other jobs on a CI machine do not make
 it flaky; a run still going after 60 s wall time fails as hung) and 500 MB peak memory
-(``ru_maxrss`` of the child); and no file under the case's root changes except the
-paths the case allows.  ``benchmarks/bench_hostile.py`` prints wall time and memory of
-the same runs.
+(``ru_maxrss`` of the command, measured by ``tests/measure_child.py``); and no file
+under the case's root changes except the paths the case allows.
+``benchmarks/bench_hostile.py`` prints wall time and memory of the same runs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import signal
 import stat
 import subprocess
+import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,26 +44,30 @@ class Measured:
 
 def run_measured(argv: list[str], cwd: Path, timeout: float = HANG_SECONDS) -> Measured:
     """Run ``argv``; exit status, output, wall and CPU seconds and peak memory of the
-    child (``os.wait4``'s resource usage, which is this child's alone)."""
+    command (its own ``wait4`` resource usage, through ``tests/measure_child.py``)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PETAB_SCIML_CACHE": "0",
            "COLUMNS": "200"}
     env.pop("PETAB_SCIML_DEBUG", None)
-    with tempfile.TemporaryFile() as out:
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.monotonic() - start
-        out.seek(0)
-        text = out.read().decode("utf-8", "replace")
-    return Measured(proc.returncode, text, wall, usage.ru_utime + usage.ru_stime,
-                    usage.ru_maxrss / 1024)
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        launcher = [sys.executable, str(REPO / "tests" / "measure_child.py"), str(report),
+                    "--", *argv]
+        with open(Path(scratch) / "out", "w+b") as out:
+            start = time.monotonic()
+            proc = subprocess.Popen(launcher, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                pytest.fail(f"hung: still running after {timeout:.0f} s: {argv}")
+            wall = time.monotonic() - start
+            out.seek(0)
+            text = out.read().decode("utf-8", "replace")
+        result = json.loads(report.read_text())
+    return Measured(result["code"], text, wall, result["cpu"], result["peak_mb"])
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -117,6 +123,25 @@ def test_hostile_input(name, tmp_path):
         check_run(run, root)
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_info_shows_no_traceback_either(name, tmp_path):
+    """``info`` on every problem of the corpus (in-process: the CLI turns nothing into a
+    traceback, and ``info`` reports the same verdict as ``validate``)."""
+    from click.testing import CliRunner
+
+    from petab_sciml.cli import main
+
+    root = tmp_path / "case"
+    root.mkdir()
+    runs = [r for r in CASES[name][1](root) if r.argv[3:4] == ["validate"]]
+    for run in runs:
+        result = CliRunner().invoke(main, ["info", run.argv[4]])
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            result.output
+        verdict = "invalid" if run.exit else "valid"
+        assert f": {verdict} (" in result.output, result.output
+
+
 def test_corpus_covers_every_issue_bullet():
     """One case per bullet of issues 14 and 16 that concerns inputs (the numerical
     faults are tested with the simulation)."""
@@ -132,5 +157,5 @@ def test_corpus_covers_every_issue_bullet():
                   "Range", "ConstantOfShape", "3 GB member", "duplicate column",
                   "longer than the header", "empty observableFormula", "duplicate SBML",
                   "leave the problem folder", "doesn't exist", "is a folder",
-                  "truncated .tgz"):
+                  "truncated .tgz", "ONNX external data"):
         assert words in bullets, words

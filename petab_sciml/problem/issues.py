@@ -217,8 +217,9 @@ _RULE_LIST = [
     Rule("LIMIT_YAML_DEPTH", _E, "tool", "YAML mappings and lists nest at most "
          "`max_yaml_depth` (100) deep."),
     Rule("LIMIT_ELEMENTS", _E, "tool", "A network declares at most `max_elements` "
-         "(10,000,000) parameter scalars, and an array in an array file holds at most as "
-         "many."),
+         "(50,000,000) parameter scalars."),
+    Rule("LIMIT_ARRAY_SHAPE", _E, "tool", "A dataset of an array file has at most "
+         "`max_array_elements` (50,000,000) elements (by its declared shape)."),
     Rule("LIMIT_EXPRESSION_DEPTH", _E, "tool", "A math expression's tree is at most "
          "`max_expression_depth` (100) levels high."),
     Rule("LIMIT_EXPRESSION_SIZE", _E, "tool", "A math expression is at most "

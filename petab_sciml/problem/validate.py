@@ -65,7 +65,7 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
         return report
     for step, fn in (("parameter table", _parameters), ("network parameters", _resolve),
                      ("tables", _cross), ("libpetab", _libpetab if libpetab else None)):
-        if fn is None:
+        if fn is None or (fn is _libpetab and _refused(issues)):
             continue
         try:
             fn(report, read_values)
@@ -73,6 +73,15 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
             _internal(issues, f"checking the {step}", exc)
     issues.sort(key=lambda i: (-int(i.severity), i.file or "", i.row or 0))
     return report
+
+
+REFUSED = ("LIMIT_", "FILE_NOT_REGULAR", "ARRAY_EXTERNAL_DATA")
+"""Errors that mark an input we refuse to process further (over a budget, a special
+file, data in other files): libpetab's second opinion does not run on such a problem."""
+
+
+def _refused(issues: IssueList) -> bool:
+    return any(i.code.startswith(REFUSED) for i in issues.errors)
 
 
 def _internal(issues: IssueList, what: str, exc: BaseException) -> None:
