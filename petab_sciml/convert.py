@@ -121,6 +121,10 @@ def convert(
                  folder=writes_folder(fout, dst))
     if params_out is not None:
         check_output(params_out, overwrite=force, inputs=[src, params_in, dst])
+    if not src.is_dir():   # a FIFO or a device would hang or never end in a format reader
+        from petab_sciml.safe_read import check_regular_file
+
+        check_regular_file(src, what=f"a {fin.name} network file", limit=None)
     options: dict[str, Any] = {}
     if fin.runs_code:
         options["trust_code"] = trust_code

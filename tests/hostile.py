@@ -300,6 +300,8 @@ def _(root):
 
     return [Run([*CLI, "convert", str(net), str(root / "fifo.yaml"), "--force"], 2,
                 ["fifo.yaml", "FIFO"], check=still_fifo),
+            Run([*CLI, "convert", str(root / "fifo.yaml"), str(root / "o.onnx")], 1,
+                ["fifo.yaml", "FIFO"], check=still_fifo),
             Run([*CLI, "convert", str(net), "/dev/null", "--to", "yaml", "--force"], 2,
                 ["/dev/null", "character device"])]
 
