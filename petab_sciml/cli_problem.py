@@ -45,7 +45,8 @@ limit_option = click.option(
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
 @click.option("--libpetab/--no-libpetab", default=True, show_default=True,
-              help="Also run libpetab-python's PEtab v2 table checks when it is installed.")
+              help="Also run libpetab-python's PEtab v2 table checks when it is installed "
+                   "(on problems without other errors).")
 @limit_option
 def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
              limits: dict[str, int]) -> None:

@@ -206,7 +206,8 @@ _RULE_LIST = [
     Rule("OBSERVABLE_UNKNOWN_SYMBOL", _W, "petab", "Observable and noise formulas use known "
          "symbols (model entities, parameters, network outputs, placeholders)."),
     Rule("LIBPETAB", _W, "petab", "An issue reported by libpetab-python's PEtab v2 linter "
-         "(run on the tables without network rows, when libpetab is installed)."),
+         "(run on the tables without network rows, when libpetab is installed and the "
+         "problem has no other error)."),
     # ---------------------------------------------------------------- budgets
     Rule("LIMIT_FILE_SIZE", _E, "tool", "A table, SBML model or other file read whole is at "
          "most `max_file_bytes` (256 MiB)."),
