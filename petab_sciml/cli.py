@@ -16,7 +16,28 @@ import click
 from petab_sciml.errors import MissingExtraError, PetabSciMLError
 
 
-@click.group()
+class _Group(click.Group):
+    """The main group: an unexpected exception ends in one line naming it (a bug to
+    report), never in a traceback; ``PETAB_SCIML_DEBUG=1`` shows the traceback."""
+
+    def invoke(self, ctx: click.Context):
+        import os
+
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit,
+                KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("PETAB_SCIML_DEBUG"):
+                raise
+            text = (str(exc).splitlines() or [""])[0][:300]
+            raise click.ClickException(
+                f"internal error: {type(exc).__name__}: {text} (a bug in petab-sciml; "
+                "please report it; PETAB_SCIML_DEBUG=1 shows the traceback)") from None
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="petab-sciml-toolkit")
 def main() -> None:
     """PEtab SciML networks and problems in PyTorch and JAX."""

@@ -17,23 +17,50 @@ _PROBLEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
+def _parse_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+                  ) -> dict[str, int]:
+    from petab_sciml.limits import parse_limit
+
+    out = {}
+    for text in values:
+        try:
+            name, value = parse_limit(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        out[name] = value
+    return out
+
+
+limit_option = click.option(
+    "--limit", "limits", multiple=True, metavar="NAME=VALUE", callback=_parse_limits,
+    help="Raise (or lower) a budget on what input files may cost, e.g. max_elements=1e9 "
+         "for a trusted huge network (repeatable; see docs/validation.md).")
+"""The ``--limit NAME=VALUE`` option: a dict of budgets for
+:func:`petab_sciml.limits.use_limits`."""
+
+
 @click.command("validate")
 @click.argument("problem", type=_PROBLEM)
 @click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
 @click.option("--libpetab/--no-libpetab", default=True, show_default=True,
-              help="Also run libpetab-python's PEtab v2 table checks when it is installed.")
-def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool) -> None:
+              help="Also run libpetab-python's PEtab v2 table checks when it is installed "
+                   "(on problems without other errors).")
+@limit_option
+def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
+             limits: dict[str, int]) -> None:
     """Validate a PEtab SciML problem (its YAML file).
 
     Runs the PEtab v2 checks and every rule of the SciML specification (see
     docs/validation.md), checks network files through their format plugins and array
     files against the networks.  Exits 0 if valid, 1 if not.
     """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem.validate import validate_problem
 
-    report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
+    with use_limits(**limits):
+        report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -62,14 +89,17 @@ def _print_issues(report) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-def info(problem: Path, as_json: bool, trust_code: bool) -> None:
+@limit_option
+def info(problem: Path, as_json: bool, trust_code: bool, limits: dict[str, int]) -> None:
     """Show a problem's networks and every parameter-table row, resolved.
 
     Exits 1 if the problem is invalid (run validate for the issues).
     """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem.info import problem_info
 
-    data = problem_info(problem, trust_code=trust_code)
+    with use_limits(**limits):
+        data = problem_info(problem, trust_code=trust_code)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:

@@ -16,8 +16,6 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-
 from petab_sciml import load_problem
 
 HERE = Path(__file__).resolve().parent
@@ -72,8 +70,8 @@ def main() -> None:
           f"mechanistic parameters {list(problem.plan.mech_ids)}")
     train = train_jax if args.backend == "jax" else train_torch
     t0 = time.perf_counter()
-    first = None
-    for k, value, model in train(problem, args.steps, args.lr):
+    first = model = None
+    for k, value, model in train(problem, args.steps, args.lr):  # noqa: B007
         if first is None:
             first = time.perf_counter() - t0
         if k == 1 or k % 50 == 0:
@@ -83,7 +81,8 @@ def main() -> None:
     final = problem.objective(values)
     print(f"final objective {final:.4f}; first step {first:.2f} s, then "
           f"{(elapsed - first) / max(args.steps - 1, 1) * 1e3:.1f} ms per step")
-    print("estimated:", {k: round(float(v), 3) for k, v in zip(problem.plan.mech_ids, values["mech"])},
+    estimated = {k: round(float(v), 3) for k, v in zip(problem.plan.mech_ids, values["mech"])}
+    print("estimated:", estimated,
           "(data made with alpha 1.3, beta 0.9, delta 1.8)")
     if args.out:
         print("trained problem written to", problem.save(model, args.out, force=True))

@@ -17,8 +17,6 @@ from petab_sciml.problem.issues import IssueList
 from petab_sciml.problem.legacy import LegacyConstruct, current_view, yaml_constructs
 from petab_sciml.problem.tables import ID_RE
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 EXTENSION_KEYS = ("sciml", "petab_sciml")
 SPEC_FORMATS = ("yaml", "onnx", "nnef", "torchscript", "pytorch", "equinox", "lux.jl")
 """Format names a problem may use; those without an installed plugin cannot be checked."""
@@ -77,17 +75,20 @@ class ProblemConfig:
 
 def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
     """Parse the problem YAML; report problems in ``issues``.  None if unusable."""
+    from petab_sciml.errors import InputFileError, LimitError
+    from petab_sciml.safe_read import load_yaml, read_text
+
     file = path.name
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        issues.add("YAML_UNREADABLE", "problem file not found", file=str(path))
+        text = read_text(path, what="a problem YAML file", limit="max_yaml_bytes")
+        raw = load_yaml(text, file=file)
+    except LimitError as exc:
+        issues.add(exc.code, exc.message, file=file, path=exc.entry)
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        issues.add("YAML_UNREADABLE", f"cannot read problem file: {exc}", file=str(path))
+    except InputFileError as exc:
+        code = exc.code if exc.code == "FILE_NOT_REGULAR" else "YAML_UNREADABLE"
+        issues.add(code, f"problem {exc.message}", file=str(path))
         return None
-    try:
-        raw = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None

@@ -52,6 +52,12 @@ _RULE_LIST = [
          "`preequilibrationConditionId` in measurements, a condition table with one column "
          "per target). Reported once, before every other issue; `petab-sciml upgrade` "
          "rewrites such a problem."),
+    Rule("FILE_NOT_REGULAR", _E, "tool", "Every file the problem names (and the problem YAML "
+         "itself) is a regular file: not a folder (except NNEF model folders), device, FIFO "
+         "or socket."),
+    Rule("FILE_OUTSIDE_PROBLEM", _W, "tool", "Files the problem names lie inside the "
+         "problem's folder (a path that leaves it, `../x` or absolute, makes the problem "
+         "read files elsewhere)."),
     Rule("EXT_MISSING", _E, "sciml", "The problem has a SciML extension section "
          "(`extensions.sciml` or `extensions.petab_sciml`)."),
     Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension has a non-empty "
@@ -84,6 +90,9 @@ _RULE_LIST = [
     Rule("ARRAY_FILE_INVALID", _E, "sciml", "Each array file is an HDF5 file with the PEtab "
          "SciML layout (`metadata`, `inputs/<inputId>/<conditions>`, "
          "`parameters/<netId>/<layerId>/<arrayId>`)."),
+    Rule("ARRAY_EXTERNAL_DATA", _E, "tool", "Array files hold their own data: no external "
+         "links, datasets with external raw storage or virtual datasets (each reads other "
+         "files)."),
     Rule("ARRAY_PYTORCH_FORMAT", _E, "sciml", "`metadata/pytorch_format` is present and true "
          "(only PyTorch-layout files are supported)."),
     Rule("ARRAY_PARAMETERS_MISMATCH", _E, "sciml", "Parameter arrays in array files name "
@@ -100,6 +109,10 @@ _RULE_LIST = [
     Rule("TABLE_UNREADABLE", _E, "petab", "Each table is a readable tab-separated file with a "
          "header."),
     Rule("TABLE_COLUMNS_MISSING", _E, "petab", "Each table has its required columns."),
+    Rule("TABLE_DUPLICATE_COLUMN", _E, "petab", "No column name appears twice in a table "
+         "header."),
+    Rule("TABLE_ROW_TOO_LONG", _E, "petab", "No row has more cells than the header has "
+         "columns."),
     Rule("TABLE_ID_INVALID", _E, "petab", "Id columns hold valid PEtab ids."),
     Rule("TABLE_DUPLICATE_ID", _E, "petab", "Primary keys are unique (parameterId, "
          "observableId, petabEntityId, hybridization targetId)."),
@@ -195,19 +208,49 @@ _RULE_LIST = [
          "them, when the simulation plan is built)."),
     Rule("SIMULATION_NOT_CHECKED", _I, "tool", "libsbml or sympy is not installed, so the "
          "SBML consistency checks and the simulation plan that loading needs were not run."),
+    Rule("MODEL_DUPLICATE_ID", _E, "petab", "Ids in the SBML model are unique (SBML's SId "
+         "namespace)."),
     Rule("MEASUREMENT_OBSERVABLE_UNKNOWN", _E, "petab", "Measurements use defined observables."),
     Rule("MEASUREMENT_EXPERIMENT_UNKNOWN", _E, "petab", "Measurements use defined experiments."),
-    Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` and `time` are numbers "
-         "(`time` may be `inf`)."),
+    Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` is a finite number and "
+         "`time` a number that is not NaN (`time` may be `inf`, not `-inf`)."),
     Rule("EXPERIMENT_CONDITION_UNKNOWN", _E, "petab", "Experiment conditions are defined in a "
          "condition table (or, for array inputs, in an array file)."),
     Rule("EXPERIMENT_TIME_INVALID", _E, "petab", "Experiment period start times are numbers."),
     Rule("CONDITION_TARGET_UNKNOWN", _E, "petab", "Condition `targetId`s are model entities or "
          "network inputs."),
+    Rule("EXPRESSION_INVALID", _E, "petab", "Math expressions (observable and noise formulas, "
+         "condition and hybridization target values) follow the PEtab math grammar "
+         "(operators, known functions with their numbers of arguments); `observableFormula` "
+         "is not empty."),
     Rule("OBSERVABLE_UNKNOWN_SYMBOL", _W, "petab", "Observable and noise formulas use known "
          "symbols (model entities, parameters, network outputs, placeholders)."),
     Rule("LIBPETAB", _W, "petab", "An issue reported by libpetab-python's PEtab v2 linter "
-         "(run on the tables without network rows, when libpetab is installed)."),
+         "(run on the tables without network rows, when libpetab is installed and the "
+         "problem has no other error)."),
+    # ---------------------------------------------------------------- budgets
+    Rule("LIMIT_FILE_SIZE", _E, "tool", "A table, SBML model or other file read whole is at "
+         "most `max_file_bytes` (256 MiB)."),
+    Rule("LIMIT_YAML_SIZE", _E, "tool", "A YAML file (problem, network) is at most "
+         "`max_yaml_bytes` (2 MiB)."),
+    Rule("LIMIT_YAML_ALIASES", _E, "tool", "A YAML file has at most `max_yaml_nodes` "
+         "(1,000,000) nodes once its aliases are expanded (no \"billion laughs\")."),
+    Rule("LIMIT_YAML_DEPTH", _E, "tool", "YAML mappings and lists nest at most "
+         "`max_yaml_depth` (100) deep."),
+    Rule("LIMIT_ELEMENTS", _E, "tool", "A network declares at most `max_elements` "
+         "(50,000,000) parameter scalars."),
+    Rule("LIMIT_ARRAY_SHAPE", _E, "tool", "A dataset of an array file has at most "
+         "`max_array_elements` (50,000,000) elements (by its declared shape)."),
+    Rule("LIMIT_EXPRESSION_DEPTH", _E, "tool", "A math expression's tree is at most "
+         "`max_expression_depth` (100) levels high."),
+    Rule("LIMIT_EXPRESSION_SIZE", _E, "tool", "A math expression is at most "
+         "`max_expression_chars` (100,000) characters long."),
+    Rule("LIMIT_ARRAY_ENTRIES", _E, "tool", "An array file holds at most `max_array_entries` "
+         "(10,000) groups and datasets."),
+    Rule("LIMIT_CONSTANT_FOLDING", _E, "tool", "Folding the constants of an ONNX graph makes "
+         "no value of more than `max_folded_elements` (10,000,000) elements."),
+    Rule("LIMIT_ARCHIVE_MEMBER", _E, "tool", "A member of an NNEF `.tgz` archive is a "
+         "regular file or folder of at most `max_archive_member_bytes` (256 MiB)."),
     Rule("INTERNAL_ERROR", _E, "tool", "A check failed unexpectedly; this is a bug in "
          "petab-sciml, please report it."),
 ]

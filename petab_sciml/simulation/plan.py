@@ -1000,20 +1000,54 @@ def _noise_model(row: Any, where: str, builder: _Builder) -> tuple[int, int]:
 
 
 def _fingerprint(cfg: Any) -> str:
-    """Hash of the problem YAML and every file it names (content, not paths)."""
-    h = hashlib.sha256()
-    files: list[Path] = [cfg.path]
-    for names in cfg.files.values():
-        files.extend(cfg.resolve(n) for n in names)
-    files.extend(cfg.resolve(e["location"]) for e in cfg.model_files.values())
-    files.extend(cfg.resolve(n) for n in cfg.hybridization_files)
-    files.extend(cfg.resolve(n) for n in cfg.array_files)
-    files.extend(cfg.resolve(e.location) for e in cfg.networks.values() if e.location)
-    for f in files:
-        h.update(f.name.encode())
-        try:
-            h.update(f.read_bytes())
-        except OSError:
-            h.update(b"<missing>")
-    return h.hexdigest()
+    """Hash of everything that shapes the computation: the problem YAML and every file
+    or folder it names (tables, model, networks, array files), each under the name the
+    problem gives it.  Folders (an NNEF model) contribute every file below them by
+    relative path and content, so an edit to any of them changes the hash."""
+    import os
+    import stat
 
+    def hash_file(path: Path) -> None:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                h.update(b"<special>\0")
+                return
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            h.update(digest.digest())
+        except OSError:
+            h.update(b"<unreadable>\0")
+
+    def hash_path(path: Path) -> None:
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError:
+            h.update(b"<missing>\0")
+            return
+        if not is_dir:
+            hash_file(path)
+            return
+        h.update(b"<folder>\0")
+        for root, dirs, files in os.walk(path):   # symlinked folders are not entered
+            dirs.sort()
+            for name in sorted(files):
+                file = Path(root) / name
+                h.update(file.relative_to(path).as_posix().encode() + b"\0")
+                hash_file(file)
+
+    h = hashlib.sha256()
+    entries: list[tuple[str, Path]] = [("problem", cfg.path)]
+    for kind, names in cfg.files.items():
+        entries.extend((f"{kind}:{n}", cfg.resolve(n)) for n in names)
+    entries.extend((f"model:{e['location']}", cfg.resolve(e["location"]))
+                   for e in cfg.model_files.values())
+    entries.extend((f"hybridization:{n}", cfg.resolve(n)) for n in cfg.hybridization_files)
+    entries.extend((f"arrays:{n}", cfg.resolve(n)) for n in cfg.array_files)
+    entries.extend((f"network:{k}:{e.location}", cfg.resolve(e.location))
+                   for k, e in cfg.networks.items() if e.location)
+    for label, path in entries:
+        h.update(label.encode() + b"\0")
+        hash_path(path)
+    return h.hexdigest()
