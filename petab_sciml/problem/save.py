@@ -10,16 +10,16 @@ problem lists, copied, except
   float64), and the original array files keep everything else (network inputs, ...) but
   their ``parameters/<net>`` groups; one left with nothing is dropped from the list.
 
-The folder is built next to its destination and renamed into place when complete, so a
-failure leaves nothing half-written, and an existing destination is replaced only with
-``force``.  ``load_problem`` of the result gives back the same values, bitwise.
+The folder is written through :func:`petab_sciml.safe_write.staged_output`: built aside
+and swapped in when complete, so a failure leaves nothing half-written; an existing
+destination is replaced only with ``force``, and never one holding the problem's files.
+``load_problem`` of the result gives back the same values, bitwise.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,48 +57,33 @@ def save_problem(problem: Any, values: Any, out_dir: str | os.PathLike, *,
     if plan is None:
         raise SaveError("the problem was loaded with simulation=False: no parameter plan")
     w = plan.pack(values_of(problem, values))
+    from petab_sciml.errors import OutputError
+    from petab_sciml.safe_write import staged_output
+
     out_dir = Path(out_dir)
     cfg = problem.config
+    inputs = [cfg.path, *(cfg.resolve(n) for n in _listed(cfg))]
     if out_dir.resolve() == cfg.base.resolve():
         raise SaveError(f"{out_dir} is the problem's own folder: choose another folder",
                         file=out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise SaveError(f"{out_dir} exists and is not a folder", file=out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise SaveError(f"{out_dir} exists and is not empty; pass force=True (--force) to "
-                        "replace it", file=out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        force = True   # an empty folder is not data to protect
     try:
-        _write(problem, plan, w, tmp)
-        _swap_in(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_output(out_dir, overwrite=force, inputs=inputs, folder=True) as tmp:
+            tmp.mkdir()
+            _write(problem, plan, w, tmp)
+    except OutputError as exc:
+        raise SaveError(str(exc), file=out_dir) from None
     return out_dir / cfg.path.name
 
 
-def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Rename ``tmp`` to ``out_dir`` (replacing an existing folder)."""
-    os.chmod(tmp, 0o777 & ~_umask())
-    if not out_dir.exists():
-        os.rename(tmp, out_dir)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-    os.rmdir(old)
-    os.rename(out_dir, old)
-    try:
-        os.rename(tmp, out_dir)
-    except BaseException:
-        os.rename(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _listed(cfg: Any) -> list[str]:
+    """Every file name the problem lists."""
+    names = [e["location"] for e in cfg.model_files.values()]
+    names += [n for files in cfg.files.values() for n in files]
+    names += [*cfg.hybridization_files, *cfg.array_files]
+    names += [e.location for e in cfg.networks.values() if e.location]
+    return names
 
 
 # --------------------------------------------------------------------------- writing
