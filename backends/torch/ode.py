@@ -13,6 +13,11 @@ ratio over every component against ``atol + rtol * max(|y0|, |y1|)``, step facto
 ``0.9 * ratio^(-1/order)`` clipped to ``[0.2, 10]``, never shrinking after an accepted
 step), with Hairer's initial step.
 
+Compiled, the stages of a step are a loop too (:func:`rk_step_looped`): the right-hand
+side (with its networks and Jacobian) is traced once instead of once per stage.  Measured
+on the suite's cases 001/002 (2-core machine): compilation 28 s / 16 s instead of 106 s /
+45 s, each evaluation 26 ms / 12 ms instead of 13 ms / 8 ms.
+
 Outputs are taken where steps end: a step is shortened to land exactly on the next output
 time, so nothing is interpolated.  A solve fails (``ok`` false, outputs NaN) on more than
 ``max_steps`` steps, a collapsed step size or a non-finite state; it never raises.
@@ -93,6 +98,43 @@ def rk_step(field: Field, tab: Tableau, t, y, f0, h, args):
     return y1, ks[-1], _combine(h, ks, tab.e)
 
 
+def coefficients(tab: Tableau, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(a, c, b, e)`` of :func:`rk_step_looped` as tensors: ``a`` padded to
+    ``(stages, stages)``, ``c`` with the first stage's 0."""
+    n_stages = len(tab.a) + 1
+    a = torch.zeros((n_stages, n_stages), dtype=like.dtype, device=like.device)
+    for i, row in enumerate(tab.a):
+        a[i + 1, : len(row)] = torch.tensor(row, dtype=like.dtype)
+    as_t = lambda v: torch.tensor(v, dtype=like.dtype, device=like.device)  # noqa: E731
+    return a, as_t((0.0, *tab.c)), as_t(tab.b[:n_stages]), as_t(tab.e[:n_stages])
+
+
+def rk_step_looped(field: Field, coeffs: tuple[torch.Tensor, ...], t, y, f0, h, args):
+    """:func:`rk_step` with the stages in a ``while_loop`` over the padded coefficients
+    (:func:`coefficients`): the right-hand side appears once in the traced graph instead
+    of once per stage, which keeps ``torch.compile``'s work (and time) small."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    a, c, b, e = coeffs
+    n_stages = a.shape[0]
+    ks0 = torch.zeros((n_stages, y.shape[0]), dtype=y.dtype, device=y.device)
+    ks0 = torch.cat([f0.reshape(1, -1), ks0[1:]])
+    one = torch.ones((), dtype=torch.int64, device=y.device)
+
+    def cond(i, ks):
+        return i < n_stages
+
+    def body(i, ks):
+        row = a.index_select(0, i.reshape(1))[0]
+        yi = y + h * (row @ ks)
+        ti = t + c.index_select(0, i.reshape(1))[0] * h
+        f = field(ti, yi, args)
+        return i + 1, ks.index_put((i.reshape(1),), f.reshape(1, -1))
+
+    _, ks = while_loop(cond, body, (one, ks0))
+    return y + h * (b @ ks), ks[n_stages - 1], h * (e @ ks)
+
+
 def initial_step(field: Field, tab: Tableau, t0, y0, f0, rtol: float, atol: float, args):
     """Hairer, Norsett & Wanner's starting step (as torchdiffeq and SciPy)."""
     scale = atol + rtol * y0.abs()
@@ -130,6 +172,7 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python"
 
     def solve(y0, t0, t1, ts, args):
         n_out = ts.shape[0]
+        coeffs = coefficients(tab, y0) if loop == "while_loop" else None
         f0 = field(t0, y0, args)
         h0 = initial_step(field, tab, t0, y0, f0, rtol, atol, args)
         ys0 = torch.full((n_out, y0.shape[0]), float("nan"), dtype=y0.dtype,
@@ -147,7 +190,10 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python"
             gap = target - t
             clipped = gap <= h
             h_try = torch.where(clipped, gap, h)
-            y1, f1, err = rk_step(field, tab, t, y, f, h_try, args)
+            if loop == "while_loop":
+                y1, f1, err = rk_step_looped(field, coeffs, t, y, f, h_try, args)
+            else:
+                y1, f1, err = rk_step(field, tab, t, y, f, h_try, args)
             ratio = _rms(err / (atol + rtol * torch.maximum(y.abs(), y1.abs())))
             accept = (ratio <= 1.0) & torch.all(torch.isfinite(y1))
             hit = accept & clipped & has_out
