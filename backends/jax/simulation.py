@@ -407,7 +407,7 @@ class JaxExecutor:
         ok = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
         value = -(llh + logprior)
         value = jnp.where(ok, value, jnp.inf)
-        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
+        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
     # ------------------------------------------------------------------ ODE solves
