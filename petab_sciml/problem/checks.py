@@ -233,6 +233,11 @@ def check_conditions(ctx: ProblemContext, sym: Symbols, hyb: Hybridization,
             ctx.issues.add("TABLE_ID_INVALID", f"conditionId {cid!r} is not a valid PEtab id",
                            file=f, row=line, column="conditionId")
         targets.setdefault(tid, (f, line))
+        if tid in hyb.targets and tid not in sym.nn_inputs:
+            ctx.issues.add("HYB_CONDITION_CONFLICT", f"{tid!r} is assigned both here and in "
+                           f"the hybridization table ({hyb.targets[tid][1]} line "
+                           f"{hyb.targets[tid][2]}), which assigns it for all experiments",
+                           file=f, row=line, column="targetId")
         if tid in sym.nn_parameters:
             ctx.issues.add("NN_PARAMETER_REFERENCED_OUTSIDE", f"network parameter id {tid!r} "
                            "may only be used in the parameter table", file=f, row=line,

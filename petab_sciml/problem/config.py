@@ -177,6 +177,12 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
         for net_id, entry in nets.items():
             cfg.networks[str(net_id)] = _network_entry(
                 str(net_id), entry, f"{base}.{nets_key}.{net_id}", issues, file)
+    version = ext.get("version")
+    if not isinstance(version, (str, int, float)) or isinstance(version, bool) \
+            or not str(version).strip():
+        issues.add("EXT_VERSION_MISSING", f"the extension's version is required (PEtab v2 "
+                   f"extensions state the version they follow, e.g. version: 0.1.0), got "
+                   f"{version!r}", file=file, path=f"{base}.version")
     if "hybridization_files" not in ext:
         issues.add("EXT_HYBRIDIZATION_FILES_MISSING", "hybridization_files is required",
                    file=file, path=f"{base}.hybridization_files")

@@ -49,6 +49,8 @@ class ArraySources:
     """``input_id`` -> array file name."""
     parameter_files: dict[str, str] = field(default_factory=dict)
     """``net`` -> array file name (first file holding it)."""
+    pytorch_format: dict[str, bool] = field(default_factory=dict)
+    """Array file name -> its ``metadata/pytorch_format``."""
 
 
 @dataclass
@@ -239,8 +241,15 @@ def _read_arrays(ctx: ProblemContext) -> None:
 
     cfg = ctx.config
     src = ctx.arrays
+    seen_files: dict[Path, str] = {}
     for name in cfg.array_files:
         target = cfg.resolve(name)
+        if target.resolve() in seen_files:
+            ctx.issues.add("ARRAY_FILE_REPEATED", f"array file {name!r} is listed more than "
+                           f"once (as {seen_files[target.resolve()]!r} before); read once",
+                           file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
+            continue
+        seen_files[target.resolve()] = name
         if not target.exists():
             ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
@@ -249,14 +258,24 @@ def _read_arrays(ctx: ProblemContext) -> None:
             data = read_array_file(target)
         except ArrayFileError as exc:
             entry = exc.entry or ""
-            code = "ARRAY_PYTORCH_FORMAT" if entry.startswith("metadata") else \
-                "ARRAY_FILE_INVALID"
+            code = getattr(exc, "code", None) or ("ARRAY_PYTORCH_FORMAT" if entry.startswith(
+                "metadata") else "ARRAY_FILE_INVALID")
             ctx.issues.add(code, _short(exc), file=name, path=exc.entry)
             continue
         except Exception as exc:  # h5py can raise odd things on damaged files
             ctx.issues.add("ARRAY_FILE_INVALID", f"cannot read array file: "
                            f"{type(exc).__name__}: {exc}", file=name)
             continue
+        for group in data.ignored_groups:
+            ctx.issues.add("ARRAY_GROUP_IGNORED", f"top-level entry {group!r} is not part of "
+                           "the PEtab SciML layout (metadata, inputs, parameters); ignored",
+                           file=name, path=group)
+        if not data.pytorch_format:
+            ctx.issues.add("ARRAY_NOT_PYTORCH_FORMAT", "pytorch_format is false: the arrays follow "
+                           "the conventions of each network's format, which for every format "
+                           "this tool reads is PyTorch's layout; they are used as stored",
+                           file=name, path="metadata/pytorch_format")
+        src.pytorch_format[name] = data.pytorch_format
         for net_id, layers in data.parameters.items():
             if net_id not in cfg.networks:
                 ctx.issues.add("ARRAY_PARAMETERS_UNKNOWN_NETWORK", f"parameters for network "
@@ -272,8 +291,10 @@ def _read_arrays(ctx: ProblemContext) -> None:
                         check_parameters(network, {layer_id: arrays}, file=name,
                                          net_id=net_id, strict=False)
                     except ArrayFileError as exc:
-                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc), file=name,
-                                       path=exc.entry)
+                        hint = "" if data.pytorch_format else " (pytorch_format is false, " \
+                            "but the network's format stores arrays in PyTorch's layout)"
+                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc) + hint,
+                                       file=name, path=exc.entry)
                         continue
                 for array_id, lazy in arrays.items():
                     if array_id in merged.get(layer_id, {}):
