@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from petab_sciml.problem.context import ProblemContext
 from petab_sciml.problem.expressions import free_symbols
 from petab_sciml.problem.parameters import ParameterTables
+from petab_sciml.problem.shape_checks import check_network_shapes
 from petab_sciml.problem.tables import ID_RE, parse_float
 
 ARRAY = "array"
@@ -65,6 +66,7 @@ def run_checks(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     check_observables(ctx, sym)
     check_measurements(ctx)
     check_network_ids(ctx, sym, hyb, cond_targets)
+    check_network_shapes(ctx)
     return sym
 
 
