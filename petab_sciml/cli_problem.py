@@ -22,8 +22,10 @@ _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 @click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-@click.option("--libpetab/--no-libpetab", default=True, show_default=True,
-              help="Also run libpetab-python's PEtab v2 table checks when it is installed.")
+@click.option("--libpetab", is_flag=True, default=False,
+              help="Also run libpetab-python's PEtab v2 + SciML linter (libpetab >= 0.10, "
+                   "Python >= 3.12) and show its findings beside ours, tagged LIBPETAB; "
+                   "they never decide validity. Off by default: it can be much slower.")
 def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool) -> None:
     """Validate a PEtab SciML problem (its YAML file).
 

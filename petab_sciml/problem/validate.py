@@ -48,8 +48,8 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
 
     With ``read_values`` the network parameter values are read and resolved too (what the
     loader needs); plain validation only reads the array files' structure.  With
-    ``libpetab`` and libpetab-python installed, its PEtab v2 linter also runs on the
-    tables without network rows.
+    ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too and
+    its findings are added as ``LIBPETAB`` warnings (a second opinion, never an error).
     """
     path = Path(path)
     issues = IssueList()
