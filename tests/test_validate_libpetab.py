@@ -9,8 +9,7 @@ import types
 from click.testing import CliRunner
 
 from petab_sciml.cli_problem import validate
-from petab_sciml.problem import Severity, validate_problem
-from petab_sciml.problem import libpetab_lint
+from petab_sciml.problem import Severity, libpetab_lint, validate_problem
 from tests.conftest import SUITE, requires_suite
 from tests.invalid_problems.mutate import apply, copy_case
 from tests.test_libpetab_agreement import requires_libpetab
