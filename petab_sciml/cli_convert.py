@@ -43,11 +43,16 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
                    "may be a name or ? for a dynamic size. Repeatable.")
 @click.option("--trust-code", is_flag=True,
               help="Allow reading formats whose loading runs code from the file.")
+@click.option("--portable", is_flag=True,
+              help="YAML output: write only what the official petab_sciml reader and "
+                   "libpetab know (the specification's layers and functions), or write "
+                   "nothing and name each node that has no portable form.")
 @click.option("--show-names", is_flag=True,
               help="Print where each ONNX initializer went (ONNX sources).")
 def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
             src_format: str | None, dst_format: str | None, net_id: str | None,
-            input_shapes: tuple[str, ...], trust_code: bool, show_names: bool) -> None:
+            input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
+            portable: bool) -> None:
     """Convert the network file IN to OUT (YAML, ONNX, ...; formats by extension)."""
     from petab_sciml.convert import carries_parameters
     from petab_sciml.convert import convert as run_convert
@@ -71,7 +76,8 @@ def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
                                        "nothing to read or write")
         result = run_convert(src, dst, src_format=src_format, dst_format=dst_format,
                              params_out=params_out, params_in=params_in,
-                             trust_code=trust_code, net_id=net_id, input_shapes=shapes)
+                             trust_code=trust_code, net_id=net_id, input_shapes=shapes,
+                             portable=portable)
         if show_names and result.src_format == "onnx":
             from petab_sciml.formats.onnx import import_onnx
 

@@ -44,3 +44,33 @@ def test_edits_in_libpetab_are_loaded(tmp_path):
 def test_other_objects_are_refused():
     with pytest.raises(TypeError, match="petab.v2.Problem, got int"):
         load_problem(3)
+
+
+def test_official_names_are_exported():
+    import petab_sciml
+    from petab_sciml import official_api
+
+    assert petab_sciml._OFFICIAL_NAMES == set(official_api.__all__)
+    assert petab_sciml.ARRAY == "array" and petab_sciml.Layers.Linear == "Linear"
+    assert petab_sciml.NN_ENTITY_PATTERN.match("net1.inputs[0][1]").group("entity_type") \
+        == "inputs"
+
+
+@requires_suite
+def test_official_api_reads_suite_files():
+    from petab_sciml import ArrayDataStandard, NNModelStandard
+
+    petab = SUITE / "test_cases" / "sciml_problem_import" / "038" / "petab"
+    model = NNModelStandard.load_data(petab / "net6.yaml", nn_model_id="other")
+    assert model.nn_model_id == "other" and model.layers[0].layer_type == "Linear"
+    data = ArrayDataStandard.load_data(petab / "net6_input2.hdf5")
+    assert set(data.inputs["net6_input2"]) == {"cond1", "cond2"}
+    assert data.inputs["net6_input2"]["cond1"].shape == (3,)
+    assert data.metadata.pytorch_format is True
+
+
+@requires_libpetab
+def test_petab_v2_imports_beside_us():
+    from petab.v2.lint import default_validation_tasks, sciml_validation_tasks
+
+    assert len(sciml_validation_tasks) == len(default_validation_tasks) + 5
