@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from petab_sciml.problem.context import ProblemContext
-from petab_sciml.problem.expressions import free_symbols
+from petab_sciml.problem.expressions import CONSTANTS, free_symbols
 from petab_sciml.problem.parameters import ParameterTables
 from petab_sciml.problem.shape_checks import check_network_shapes
 from petab_sciml.problem.tables import ID_RE, parse_float
@@ -29,10 +29,12 @@ class Symbols:
     nn_parameters: set[str]
     observables: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)
+    aliases: set[str] = field(default_factory=set)
+    """PEtab ids of the mapping table (aliases of model or network entities)."""
 
     def known(self) -> set[str]:
         return (self.model | self.parameters | set(self.nn_inputs) | set(self.nn_outputs)
-                | self.observables | TIME)
+                | self.observables | self.aliases | TIME | CONSTANTS)
 
 
 def build_symbols(ctx: ProblemContext, params: ParameterTables) -> Symbols:
@@ -52,6 +54,7 @@ def build_symbols(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     )
     sym.observables = {row["observableId"] for _, row in ctx.rows("observable")}
     sym.conditions = {row["conditionId"] for _, row in ctx.rows("condition")}
+    sym.aliases = {pid for pid, m in ctx.mapping.items() if m.valid}
     return sym
 
 
