@@ -343,6 +343,11 @@ def _read_mapping(ctx: ProblemContext) -> None:
             ctx.mapping[pid] = Mapped(pid, mid, None, row, table, valid=False)
             continue
         mapped = Mapped(pid, mid, ref, row, table)
+        if ref is None and pid != mid.strip() and ID_RE.match(mid.strip()):
+            ctx.issues.add("MAPPING_ALIAS_OF_VALID_ID", f"{pid!r} aliases {mid.strip()!r}, "
+                           "which is already a valid PEtab id; PEtab v2 maps only entities "
+                           f"without one: use {mid.strip()!r} directly", file=table.file,
+                           row=row.line, column="modelEntityId")
         if ref is not None and ref.net in ctx.networks:
             try:
                 mapped.ref = check_entity(ref, ctx.networks[ref.net])

@@ -136,6 +136,9 @@ _RULE_LIST = [
     Rule("NN_SHAPES_UNCHECKED", _I, "tool", "The shapes of a network's inputs and outputs could "
          "not be inferred (a layer or function without a shape rule, or no input shape "
          "known), so element indices and array-input shapes are not checked for it."),
+    Rule("MAPPING_ALIAS_OF_VALID_ID", _E, "petab", "A mapping row for a model entity (not a "
+         "network entity) maps one whose id is not already a valid PEtab id: PEtab v2 does not "
+         "allow aliasing valid ids."),
     Rule("MAPPING_DUPLICATE_TARGET", _W, "tool", "No two PEtab ids map to the same network "
          "entity."),
     # ---------------------------------------------------------------- hybridization
