@@ -18,19 +18,27 @@ OFFICIAL_DISTRIBUTION = "petab-sciml"
 
 def _warn_if_official_distribution_installed() -> None:
     """Both distributions write the package ``petab_sciml``: in one environment one of them
-    is broken.  Say so once, in one line."""
-    from importlib import metadata
+    is broken.  Say so once, in one line.  (Looks for the official distribution's
+    ``petab_sciml-<version>.dist-info`` on ``sys.path``; importlib.metadata would cost
+    more than the rest of this import.)"""
+    import os
+    import sys
 
-    try:
-        version = metadata.version(OFFICIAL_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return
-    import warnings
+    for entry in sys.path:
+        try:
+            names = [e.name for e in os.scandir(entry or ".") if e.name.startswith("petab_sciml-")
+                     and e.name.endswith((".dist-info", ".egg-info"))]
+        except OSError:
+            continue
+        if names:
+            import warnings
 
-    warnings.warn(f"the official '{OFFICIAL_DISTRIBUTION}' distribution ({version}) is installed "
-                  "in this environment and shares the import name petab_sciml with "
-                  "petab-sciml-toolkit; install them in separate environments (see README)",
-                  UserWarning, stacklevel=2)
+            version = names[0][len("petab_sciml-"):].rsplit(".", 1)[0]
+            warnings.warn(f"the official '{OFFICIAL_DISTRIBUTION}' distribution ({version}) is "
+                          "installed in this environment and shares the import name "
+                          "petab_sciml with petab-sciml-toolkit; install them in separate "
+                          "environments (see README)", UserWarning, stacklevel=2)
+            return
 
 
 _warn_if_official_distribution_installed()
