@@ -33,11 +33,6 @@ OFFICIAL_READER_BUGS = {
 }
 
 
-def _name(path):
-    return f"{path.parents[1].name if path.parent.name == 'petab' else path.parent.parent.name}/" \
-        f"{path.parents[2].name if path.parent.name == 'petab' else path.parent.name}"
-
-
 @requires_suite
 def test_suite_networks_round_trip_through_the_official_package(official_env, tmp_path):
     jobs = [{"op": "resave", "src": str(f), "dst": str(tmp_path / f"official_{i}.yaml")}
