@@ -49,9 +49,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.errors import NetworkError, require
+from petab_sciml.errors import NetworkError, PetabSciMLError, require
 from petab_sciml.formats.nnef_export import (
     _default_input_shapes,
     _default_parameters,
@@ -85,10 +87,15 @@ def _model_folder(path: Path):
     if path.is_dir():
         yield path, True
         return
-    if not path.is_file():
-        raise NetworkError("no such file or folder", file=path)
+    from petab_sciml.errors import InputFileError
+    from petab_sciml.safe_read import check_regular_file
+
+    try:
+        check_regular_file(path, what="an NNEF model (folder, graph.nnef or .tgz archive)")
+    except InputFileError as exc:
+        raise NetworkError(exc.message, file=path, code=exc.code) from None
     name = path.name.lower()
-    if name.endswith(_ARCHIVES) or (name.endswith(".nnef") and tarfile.is_tarfile(path)):
+    if name.endswith(_ARCHIVES) or (name.endswith(".nnef") and _is_tarfile(path)):
         tmp = Path(tempfile.mkdtemp(prefix="petab_sciml_nnef_"))
         try:
             _extract(path, tmp)
@@ -102,24 +109,64 @@ def _model_folder(path: Path):
     yield path, False
 
 
+def _is_tarfile(path: Path) -> bool:
+    try:
+        return tarfile.is_tarfile(path)
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
 def _extract(archive: Path, target: Path) -> None:
-    """Extract regular files and folders only, never outside ``target``."""
+    """Extract regular files and folders only, never outside ``target``, each member
+    within ``max_archive_member_bytes`` (all of them within 4x that)."""
+    from petab_sciml import limits
+
+    budget = limits.current().max_archive_member_bytes
+    root = target.resolve()
+    total = 0
     try:
         with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                dest = (target / member.name).resolve()
-                if not str(dest).startswith(str(target.resolve())):
-                    raise NetworkError(f"archive member {member.name!r} points outside the "
-                                       "archive", file=archive)
+            for member in tar:
+                entry = f"member {member.name!r}"
+                dest = (root / member.name).resolve()
+                if dest == root and member.isdir():
+                    continue
+                if not dest.is_relative_to(root) or dest == root:
+                    raise NetworkError("archive member points outside the archive",
+                                       file=archive, entry=entry)
                 if member.isdir():
                     dest.mkdir(parents=True, exist_ok=True)
-                elif member.isfile():
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    src = tar.extractfile(member)
+                    continue
+                if not member.isfile():
+                    raise limits.LimitError(
+                        f"archive member is {_member_kind(member)}; only regular files and "
+                        "folders are read", code="LIMIT_ARCHIVE_MEMBER", file=archive,
+                        entry=entry)
+                limits.check("max_archive_member_bytes", "archive member size in bytes",
+                             member.size, file=archive, entry=entry)
+                total += member.size
+                if total > 4 * budget:
+                    raise limits.exceeded("max_archive_member_bytes", "archive members' total "
+                                          "size in bytes (allowed: 4x the limit)", total,
+                                          file=archive, entry=entry)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(member)
+                with open(dest, "xb") as out:
                     if src is not None:
-                        dest.write_bytes(src.read())
-    except tarfile.TarError as exc:
-        raise NetworkError(f"not a readable archive: {exc}", file=archive) from None
+                        shutil.copyfileobj(src, out, 1 << 20)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise NetworkError(f"not a readable archive (truncated or damaged?): "
+                           f"{str(exc) or type(exc).__name__}", file=archive) from None
+
+
+def _member_kind(member: tarfile.TarInfo) -> str:
+    if member.issym() or member.islnk():
+        return f"a link to {member.linkname!r}"
+    if member.ischr() or member.isblk():
+        return "a device"
+    if member.isfifo():
+        return "a FIFO"
+    return "not a regular file"
 
 
 def _load_graph(nnef: Any, folder: Path, is_folder: bool, source: Path) -> Any:
@@ -154,11 +201,13 @@ def _read_metadata(folder: Path) -> dict[str, Any] | None:
     graph_file = folder / GRAPH_FILE
     if not (meta_file.is_file() and graph_file.is_file()):
         return None
+    from petab_sciml.safe_read import read_bytes
+
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = json.loads(read_bytes(meta_file, limit="max_yaml_bytes"))
+        digest = hashlib.sha256(read_bytes(graph_file)).hexdigest()
+    except (PetabSciMLError, ValueError, RecursionError):
         return None
-    digest = hashlib.sha256(graph_file.read_bytes()).hexdigest()
     if not isinstance(meta, dict) or meta.get("graph_sha256") != digest:
         return None  # the graph was edited after we wrote it: lift it instead
     return meta
@@ -172,9 +221,14 @@ def _load_mapping(tensor_mapping: Any, folder: Path | None) -> dict[str, str] | 
         path = folder / "tensor_mapping.json"
     if path is None:
         return None
+    from petab_sciml.safe_read import read_bytes
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_bytes(path, limit="max_yaml_bytes"))
+    except PetabSciMLError as exc:
+        raise NetworkError(f"cannot read the tensor mapping: {exc.message}", file=path,
+                           code=exc.code) from None
+    except (ValueError, RecursionError) as exc:
         raise NetworkError(f"cannot read the tensor mapping: {exc}", file=path) from None
     if not isinstance(data, Mapping):
         raise NetworkError("a tensor mapping must be a JSON object of source name -> NNEF "
@@ -260,16 +314,30 @@ def read(path: str | os.PathLike, **options: Any) -> Network:
 def write(network: Network, path: str | os.PathLike, *,
           params: Mapping[str, Mapping[str, Any]] | None = None,
           input_shapes: Mapping[str, Sequence[int]] | Sequence[Sequence[int]] | None = None,
-          metadata: bool = True) -> None:
+          metadata: bool = True, overwrite: bool = True) -> None:
     """Write ``network`` as an NNEF model folder (or ``.tgz`` archive) at ``path``.
 
     ``params`` (``{group: {array: value}}``) default to PyTorch's initial values (seed 0).
     ``input_shapes`` (by input id, or in input order; NNEF inputs have fixed shapes)
     default to the smallest shapes the network accepts.  NNEF computes in inference mode:
     dropout is dropped, BatchNorm uses its running statistics.
+
+    The whole model is written elsewhere and swapped in when complete
+    (:func:`petab_sciml.safe_write.staged_output`): an interrupted write leaves an
+    existing model (or archive) as it was.  An existing folder is replaced only if it
+    is an NNEF model folder holding nothing but the model's own files (``graph.nnef``,
+    the ``.dat`` files it names, ``graph.quant``, ``petab_sciml.json``,
+    ``tensor_mapping.json``); anything else in it is reported and nothing is written.
+    ``overwrite`` False refuses an existing output.
     """
+    from petab_sciml.safe_write import check_output, staged_output
+
     nnef = require("nnef", "nnef")
     path = Path(path)
+    archive = not output_is_folder(path.name)
+    check_output(path, overwrite=overwrite, folder=not archive)
+    if not archive and path.is_dir():
+        _check_replaceable(path)
     params = {g: {a: np.asarray(v) for a, v in arrays.items()}
               for g, arrays in (params or _default_parameters(network)).items()}
     if input_shapes is None:
@@ -294,46 +362,79 @@ def write(network: Network, path: str | os.PathLike, *,
                            f"{type(exc).__name__}: {exc}", file=network.source) from None
     writer = _Writer(network, params, shapes, shapes_in)
     text = writer.run(network.id)
-    archive = path.name.lower().endswith((".tgz", ".tar.gz"))
-    folder = Path(tempfile.mkdtemp(prefix="petab_sciml_nnef_")) if archive else path
-    try:
-        if folder.exists() and any(folder.iterdir()) and not archive:
-            if not (folder / GRAPH_FILE).is_file():
-                raise NetworkError("the folder exists and is not an NNEF model; refusing to "
-                                   "write into it", file=folder)
-            for old in folder.glob("*.dat"):
-                old.unlink()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / GRAPH_FILE).write_text(text, encoding="utf-8")
-        for label, data in writer.files.items():
-            with open(folder / f"{label}.dat", "wb") as handle:
-                nnef.write_tensor(handle, np.ascontiguousarray(data))
-        if metadata:
-            from petab_sciml.formats.yaml import network_to_dict
-
-            meta = {
-                "petab_sciml_nnef": 1,
-                "graph_sha256": hashlib.sha256((folder / GRAPH_FILE).read_bytes()).hexdigest(),
-                "network": network_to_dict(network),
-                "labels": {k.split("@")[0]: k.split("@")[0] for k in writer.variables},
-                "input_shapes": shapes_in,
-            }
-            (folder / METADATA_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        elif (folder / METADATA_FILE).exists():
-            (folder / METADATA_FILE).unlink()
-        try:
-            nnef.load_graph(str(folder))
-        except nnef.Error as exc:  # pragma: no cover - a writer bug
-            raise NetworkError(f"internal: the written NNEF does not parse: {exc}",
-                               file=folder) from None
+    with staged_output(path, overwrite=overwrite, folder=not archive) as staged:
+        folder = staged.with_name(staged.name + ".model") if archive else staged
+        folder.mkdir()
+        _write_folder(nnef, network, folder, text, writer, shapes_in, metadata)
         if archive:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(path, "w:gz") as tar:
+            with tarfile.open(staged, "w:gz") as tar:
                 for item in sorted(folder.iterdir()):
                     tar.add(item, arcname=item.name)
-    finally:
-        if archive:
-            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_folder(nnef: Any, network: Network, folder: Path, text: str, writer: Any,
+                  shapes_in: list, metadata: bool) -> None:
+    (folder / GRAPH_FILE).write_bytes(text.encode("utf-8"))
+    for label, data in writer.files.items():
+        target = folder / f"{label}.dat"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as handle:
+            nnef.write_tensor(handle, np.ascontiguousarray(data))
+    if metadata:
+        from petab_sciml.formats.yaml import network_to_dict
+
+        meta = {
+            "petab_sciml_nnef": 1,
+            "graph_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "network": network_to_dict(network),
+            "labels": {k.split("@")[0]: k.split("@")[0] for k in writer.variables},
+            "input_shapes": shapes_in,
+        }
+        (folder / METADATA_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    try:
+        nnef.load_graph(str(folder))
+    except nnef.Error as exc:  # pragma: no cover - a writer bug
+        raise NetworkError(f"internal: the written NNEF does not parse: {exc}",
+                           file=folder) from None
+
+
+def output_is_folder(path: str | os.PathLike) -> bool:
+    """True unless ``path`` names an archive (``.tgz``, ``.tar.gz``): the writer then
+    writes a model folder."""
+    return not str(path).lower().endswith((".tgz", ".tar.gz"))
+
+
+_MODEL_FILES = (GRAPH_FILE, "graph.quant", METADATA_FILE, "tensor_mapping.json")
+_LABEL = re.compile(r"""\blabel\s*=\s*(['"])(.*?)\1""")
+
+
+def _check_replaceable(folder: Path) -> None:
+    """Refuse to replace ``folder`` unless it is empty or an NNEF model folder holding
+    only the model's own files (so that replacing it loses nothing else)."""
+    from petab_sciml.safe_read import read_text
+
+    entries = [p for p in folder.rglob("*") if not p.is_dir() or p.is_symlink()]
+    if not entries:
+        return
+    graph = folder / GRAPH_FILE
+    if not graph.is_file() or graph.is_symlink():
+        raise NetworkError("the folder exists and is not an NNEF model folder (no "
+                           f"{GRAPH_FILE}); refusing to replace it", file=folder)
+    try:
+        labels = {m.group(2) for m in _LABEL.finditer(read_text(graph))}
+    except PetabSciMLError as exc:
+        raise NetworkError(f"cannot read the existing {GRAPH_FILE}: {exc.message}; refusing "
+                           "to replace the folder", file=folder) from None
+    own = set(_MODEL_FILES) | {f"{label}.dat" for label in labels}
+    foreign = sorted(str(p.relative_to(folder)) for p in entries
+                     if p.is_symlink() or not p.is_file()
+                     or p.relative_to(folder).as_posix() not in own)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise NetworkError(f"the folder holds files that are not part of its NNEF model "
+                           f"({shown}); refusing to replace it (move them, or write to "
+                           "another folder)", file=folder)
 
 
 FORMAT = NetworkFormat(name="nnef", extensions=(".nnef", ".tgz"), read=read, write=write,

@@ -369,7 +369,12 @@ def _variable(lf: _Lifter, op: Any) -> _Array:
     lf.labels[name] = op.attribs.get("label", name)
     data = tensor.data
     if data is None:
-        data = np.zeros(op.attribs["shape"], np.float32)
+        from petab_sciml import limits
+
+        shape = [int(d) for d in op.attribs["shape"]]
+        limits.check("max_elements", f"variable {name!r} of shape {shape}: elements",
+                     math.prod(shape), file=lf.source, entry=f"variable {name!r}")
+        data = np.zeros(shape, np.float32)
         lf.missing_data.append(name)
     data = np.asarray(data)
     if data.dtype == np.float64:

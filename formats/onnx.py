@@ -42,9 +42,14 @@ def _load(src: Any, source: str | None) -> Any:
             return onnx.load_from_string(bytes(src))
         except Exception as exc:
             raise NetworkError(f"not an ONNX model: {exc}") from None
+    from petab_sciml.errors import InputFileError
+    from petab_sciml.safe_read import check_regular_file
+
     path = Path(src)
-    if not path.is_file():
-        raise NetworkError("file not found; expected an ONNX model", file=path)
+    try:
+        check_regular_file(path, what="an ONNX model", limit=None)
+    except InputFileError as exc:
+        raise NetworkError(exc.message, file=path, code=exc.code) from None
     try:
         return onnx.load(str(path))
     except Exception as exc:
@@ -104,7 +109,7 @@ def to_onnx(network: Any, params: Mapping[str, Mapping[str, Any]] | None = None,
 def write(network: Any, path: str | os.PathLike, *,
           params: Mapping[str, Mapping[str, Any]] | None = None,
           input_shapes: Mapping[str, Sequence[int | str | None]] | None = None,
-          opset: int | None = None, dtype: str = "float32") -> None:
+          opset: int | None = None, dtype: str = "float32", overwrite: bool = True) -> None:
     """Write ``network`` as an ONNX model (opset 17 or newer) that passes
     ``onnx.checker.check_model(full_check=True)``.
 
@@ -113,17 +118,16 @@ def write(network: Any, path: str | os.PathLike, *,
     so.  ``input_shapes`` (``{input_id: dims}``, a dim may be a name or None for a
     dynamic size) fixes the graph inputs' shapes; it is needed when an op depends on the
     input rank (unbatched convolutions and pools, ``transpose``, implicit ``softmax``
-    dims, adaptive pools whose output does not divide the input).
+    dims, adaptive pools whose output does not divide the input).  The file is written
+    through :func:`petab_sciml.safe_write.staged_output` (``overwrite`` False refuses an
+    existing file).
     """
-    onnx = require("onnx", "onnx")
+    from petab_sciml.safe_write import check_output, write_bytes
+
+    require("onnx", "onnx")
+    check_output(path, overwrite=overwrite)
     model = to_onnx(network, params, input_shapes=input_shapes, opset=opset, dtype=dtype)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        onnx.save(model, str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes(path, model.SerializeToString(), overwrite=overwrite)
 
 
 FORMAT = NetworkFormat(name="onnx", extensions=(".onnx",), read=read, write=write,

@@ -244,7 +244,6 @@ class _Importer:
                            file=self.source)
 
     def _prepare(self) -> None:
-        onnx = self.onnx
         from onnx import numpy_helper
 
         if self.opset < MIN_OPSET:
@@ -287,10 +286,9 @@ class _Importer:
             for p in n.metadata_props)
         # Static shapes from ONNX shape inference (with data propagation).
         self.shapes: dict[str, tuple | None] = {}
-        try:
-            inferred = onnx.shape_inference.infer_shapes(self.model, data_prop=True)
-        except Exception:
-            inferred = self.model
+        from .onnx_budget import infer_shapes_bounded
+
+        inferred = infer_shapes_bounded(self.model)
         for vi in (list(inferred.graph.value_info) + list(inferred.graph.input)
                    + list(inferred.graph.output)):
             self.shapes[vi.name] = self._shape_of_type(vi.type)
@@ -905,6 +903,7 @@ class _Importer:
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
 
+        self._check_fold_budget(node, ins)
         feeds, graph_inputs = {}, []
         for name, v in zip(node.input, ins):
             if v is not None and name not in feeds:
@@ -921,6 +920,18 @@ class _Importer:
         for name, value in zip([o for o in node.output if o], results):
             self.env[name] = _C(np.asarray(value), name)
         return True
+
+    def _check_fold_budget(self, node: Any, ins: Sequence[Any]) -> None:
+        """Refuse to fold a node whose outputs would exceed ``max_folded_elements``."""
+        from petab_sciml import limits
+
+        from .onnx_budget import folded_elements
+
+        size = folded_elements(node, [None if v is None else v.value for v in ins],
+                               self.attrs(node), self.opset)
+        if size is not None:
+            limits.check("max_folded_elements", f"elements of the folded output of ONNX op "
+                         f"{node.op_type}", size, file=self.source, entry=self._where(node))
 
     def _fold_shape(self, node: Any, v: Any) -> bool:
         shape = self.static_shape(v)

@@ -18,7 +18,6 @@ from petab_sciml.errors import NetworkError
 from petab_sciml.network import Network
 from petab_sciml.plugins import NetworkFormat
 
-_Loader = getattr(_yaml, "CSafeLoader", _yaml.SafeLoader)
 _Dumper = getattr(_yaml, "CSafeDumper", _yaml.SafeDumper)
 TOP_KEYS = ("nn_model_id", "inputs", "layers", "forward", "free_parameters")
 
@@ -95,14 +94,18 @@ def _plain(value: Any) -> Any:
 
 
 def read(path: str | os.PathLike) -> Network:
-    """Read a network YAML file."""
+    """Read a network YAML file (a regular file within the YAML budgets of
+    :mod:`petab_sciml.limits`)."""
+    from petab_sciml.errors import InputFileError
+    from petab_sciml.safe_read import load_yaml, read_text
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NetworkError(f"cannot read file: {exc.strerror}", file=path) from None
+        text = read_text(path, what="a network YAML file", limit="max_yaml_bytes")
+    except InputFileError as exc:
+        raise NetworkError(exc.message, file=path, code=exc.code) from None
     try:
-        data = _yaml.load(text, Loader=_Loader)
+        data = load_yaml(text, file=path)
     except _yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -116,12 +119,12 @@ def dumps(network: Network) -> str:
     return _yaml.dump(network_to_dict(network), Dumper=_Dumper, sort_keys=False)
 
 
-def write(network: Network, path: str | os.PathLike) -> None:
-    """Write ``network`` as a PEtab SciML NN model YAML file (atomically)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(network), encoding="utf-8")
-    os.replace(tmp, path)
+def write(network: Network, path: str | os.PathLike, *, overwrite: bool = True) -> None:
+    """Write ``network`` as a PEtab SciML NN model YAML file (through
+    :func:`petab_sciml.safe_write.staged_output`: atomic, never through a symlink)."""
+    from petab_sciml.safe_write import write_text
+
+    write_text(path, dumps(network), overwrite=overwrite)
 
 
 FORMAT = NetworkFormat(name="yaml", extensions=(".yaml", ".yml"), read=read, write=write,

@@ -21,10 +21,10 @@ expected.  This module needs numpy and h5py only.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,10 +90,15 @@ class LazyArray:
         """
         try:
             with h5py.File(self.path, "r") as h5:
-                node = h5[self.dataset]
+                # the shape was checked against the budget when the structure was read
+                node = _child(h5, self.dataset, self.path, self.dataset, budget=False)
                 if not isinstance(node, h5py.Dataset):
                     raise ArrayFileError("expected a dataset, found a group (the file changed "
                                          "since it was read)", file=self.path, entry=self.dataset)
+                if tuple(node.shape or ()) != self.shape:
+                    raise ArrayFileError(f"dataset has shape {node.shape}, expected "
+                                         f"{self.shape} (the file changed since it was read)",
+                                         file=self.path, entry=self.dataset)
                 value = np.array(node[()])
         except (OSError, KeyError) as exc:
             raise ArrayFileError(f"cannot read dataset: {_reason(exc)}", file=self.path,
@@ -161,6 +166,7 @@ def read_array_file(path: PathLike, *, require_pytorch_format: bool = True) -> A
     _check_is_hdf5(path)
     try:
         with h5py.File(path, "r") as h5:
+            _count_entries(h5, path)
             return _read_root(h5, path, require_pytorch_format)
     except ArrayFileError:
         raise
@@ -174,8 +180,11 @@ def _check_is_hdf5(path: Path) -> None:
         raise ArrayFileError("file not found; expected a PEtab SciML HDF5 array file",
                              file=path)
     if not path.is_file():
-        raise ArrayFileError("is not a regular file; expected a PEtab SciML HDF5 array file",
-                             file=path)
+        from petab_sciml.safe_read import file_kind
+
+        raise ArrayFileError(f"is {file_kind(path.stat().st_mode)}, not a regular file; "
+                             "expected a PEtab SciML HDF5 array file", file=path,
+                             code="FILE_NOT_REGULAR")
     try:
         ok = h5py.is_hdf5(path)
     except OSError as exc:
@@ -185,10 +194,36 @@ def _check_is_hdf5(path: Path) -> None:
                              "HDF5 array file", file=path)
 
 
+def _count_entries(h5: h5py.File, path: Path) -> None:
+    """Refuse files with more groups and datasets than ``max_array_entries`` before
+    walking them (the layout is at most four levels deep; deeper groups are refused by
+    the layout checks, so only the first levels are counted)."""
+    from petab_sciml import limits
+
+    budget = limits.current().max_array_entries
+    total = 0
+    level: list[tuple[str, h5py.Group]] = [("", h5)]
+    for _ in range(4):
+        below: list[tuple[str, h5py.Group]] = []
+        for entry, group in level:
+            total += len(group)
+            if total > budget:
+                raise limits.exceeded("max_array_entries", "groups and datasets", total,
+                                      file=path, entry=entry or "/")
+            for name in group:
+                link = group.get(name, getlink=True)
+                if isinstance(link, h5py.HardLink):
+                    node = group.get(name)
+                    if isinstance(node, h5py.Group):
+                        below.append((f"{entry}/{name}".lstrip("/"), node))
+        level = below
+
+
 def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> ArrayFile:
     """Check the top level and read each group's structure."""
     ignored = []
     for name in h5:
+        _child(h5, name, path, name)   # an external link is refused as such, unfollowed
         if name not in GROUPS:
             ignored.append(name)
             continue
@@ -207,9 +242,15 @@ def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> Array
 def _check_metadata(h5: h5py.File, path: Path) -> bool:
     """Read ``metadata/pytorch_format`` (a boolean, or the legacy ``metadata/perm`` =
     "row"); return its value."""
-    meta = h5["metadata"] if "metadata" in h5 else {}
-    if "pytorch_format" not in meta:
-        if "perm" in meta:
+    # Membership by link (``getlink``): ``name in group`` would follow an external link.
+    meta = _group(h5, "metadata", path, "metadata") if h5.get(
+        "metadata", getlink=True) is not None else None
+
+    def has(name: str) -> bool:
+        return meta is not None and meta.get(name, getlink=True) is not None
+
+    if not has("pytorch_format"):
+        if has("perm"):
             _check_legacy_perm(meta, path)
             return True
         raise ArrayFileError(f"missing metadata/pytorch_format; expected a boolean scalar "
@@ -284,12 +325,10 @@ def _check_keys(entries: Mapping[str, str], path: Path) -> None:
     global_keys = [k for k in entries if k in GLOBAL_KEYS]
     if global_keys and len(entries) > 1:
         other = next(k for k in entries if k != global_keys[0])
-        error = ArrayFileError(f"holds both a global dataset {global_keys[0]!r} (all "
-                               f"conditions) and {other!r}; give either one global dataset "
-                               "or condition-specific datasets", file=path,
-                               entry=entries[other])
-        error.code = "ARRAY_INPUT_GLOBAL_AND_CONDITIONS"  # the validator's rule code
-        raise error
+        raise ArrayFileError(f"holds both a global dataset {global_keys[0]!r} (all "
+                             f"conditions) and {other!r}; give either one global dataset "
+                             "or condition-specific datasets", file=path,
+                             entry=entries[other], code="ARRAY_INPUT_GLOBAL_AND_CONDITIONS")
     for key, entry in entries.items():
         try:
             ids = condition_ids(key)
@@ -317,13 +356,66 @@ def _read_leaves(group: h5py.Group, path: Path, entry: str, layout: str
     return out
 
 
-def _child(group: h5py.Group, name: str, path: Path, entry: str) -> Any:
-    """``group[name]``, with broken links and unreadable objects reported."""
+def _child(group: h5py.Group, name: str, path: Path, entry: str, *, budget: bool = True
+           ) -> Any:
+    """``group[name]`` (``name`` may be a path ``a/b/c``), with broken links and unreadable
+    objects reported.  Links are resolved one level at a time: an external link (which
+    would open another file), also one reached through soft links, is refused without
+    being followed.  A dataset must hold its own data, and with ``budget`` at most
+    ``max_array_elements`` elements."""
     try:
-        return group[name]
+        node = _walk(group, name, path, entry, 0)
     except (KeyError, OSError, RuntimeError, ValueError) as exc:
         raise ArrayFileError(f"cannot open entry (broken link?): {_reason(exc)}", file=path,
                              entry=entry) from None
+    if isinstance(node, h5py.Dataset):
+        _check_own_data(node, path, entry, budget=budget)
+    return node
+
+
+def _walk(group: Any, name: str, path: Path, entry: str, hops: int) -> Any:
+    node = group.file if name.startswith("/") else group
+    for part in (p for p in name.split("/") if p and p != "."):
+        if not isinstance(node, h5py.Group):
+            raise KeyError(f"{part!r} below a dataset")
+        link = node.get(part, getlink=True)
+        if link is None:
+            raise KeyError(f"no entry {part!r}")
+        if isinstance(link, h5py.ExternalLink):
+            raise ArrayFileError(f"is or passes through an external link to "
+                                 f"{link.filename!r}:{link.path}; array files must hold their "
+                                 "own data (external links read other files)", file=path,
+                                 entry=entry, code="ARRAY_EXTERNAL_DATA")
+        if isinstance(link, h5py.SoftLink):
+            if hops >= 16:
+                raise ArrayFileError("soft links nest more than 16 deep (a cycle?)",
+                                     file=path, entry=entry)
+            node = _walk(node, link.path, path, entry, hops + 1)
+        else:
+            node = node[part]
+    return node
+
+
+def _check_own_data(node: h5py.Dataset, path: Path, entry: str, *, budget: bool = True
+                    ) -> None:
+    """Refuse datasets whose values live in other files (external raw storage, virtual
+    datasets) and datasets larger than ``max_array_elements``, before any value is
+    read."""
+    from petab_sciml import limits
+
+    if node.external:
+        files = ", ".join(repr(item[0]) for item in node.external[:3])
+        raise ArrayFileError(f"dataset stores its values in external file(s) {files}; array "
+                             "files must hold their own data", file=path, entry=entry,
+                             code="ARRAY_EXTERNAL_DATA")
+    if node.is_virtual:
+        sources = ", ".join(sorted({repr(m.file_name) for m in node.virtual_sources()})[:3])
+        raise ArrayFileError(f"is a virtual dataset reading {sources}; array files must hold "
+                             "their own data", file=path, entry=entry,
+                             code="ARRAY_EXTERNAL_DATA")
+    if budget and node.shape:
+        limits.check("max_array_elements", f"dataset of shape {tuple(node.shape)}: elements",
+                     math.prod(node.shape), file=path, entry=entry)
 
 
 def _group(parent: h5py.Group, name: str, path: Path, entry: str,
@@ -380,6 +472,8 @@ def write_array_file(
     parameters: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
     outputs: Mapping[str, Mapping[str, Any]] | None = None,
+    overwrite: bool = True,
+    inputs_of: Sequence[PathLike] = (),
 ) -> None:
     """Write a PEtab SciML array file atomically.
 
@@ -387,31 +481,20 @@ def write_array_file(
     ``outputs`` are ``{id: {key: array}}``.  Arrays keep their dtype and are stored as
     given (PyTorch index order).  All names and values are checked before anything is
     written; the data goes to a temporary file in the same folder that replaces ``path``
-    only when complete, so a failure leaves an existing ``path`` untouched.
+    only when complete, so a failure leaves an existing ``path`` untouched
+    (:func:`petab_sciml.safe_write.staged_output`; ``overwrite`` False refuses an existing
+    file, ``inputs_of`` lists files the output must not be).
     ``metadata/pytorch_format`` is always set to uint8 1.
     """
+    from petab_sciml.safe_write import staged_output
+
     path = Path(path)
     datasets = _collect(path, parameters or {}, inputs or {}, outputs or {})
-    if not path.parent.is_dir():
-        raise ArrayFileError(f"folder {str(path.parent)!r} does not exist", file=path)
-    tmp: Path | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                        suffix=".tmp")
-        os.close(fd)
-        tmp = Path(tmp_name)
-        _write_datasets(tmp, datasets)
-        # mkstemp creates 0600; give the file the mode a plain open() would (umask).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise ArrayFileError(f"cannot write file: {_reason(exc)}", file=path) from exc
-        raise
+        with staged_output(path, overwrite=overwrite, inputs=inputs_of) as tmp:
+            _write_datasets(tmp, datasets)
+    except OSError as exc:
+        raise ArrayFileError(f"cannot write file: {_reason(exc)}", file=path) from exc
 
 
 def _write_datasets(tmp: Path, datasets: Mapping[str, np.ndarray]) -> None:
@@ -582,8 +665,49 @@ def load_parameters(path: PathLike, network: Network, *, strict: bool = True
 
 
 def save_parameters(path: PathLike, network: Network,
-                    params: Mapping[str, Mapping[str, Any]]) -> None:
+                    params: Mapping[str, Mapping[str, Any]], *, overwrite: bool = True,
+                    inputs_of: Sequence[PathLike] = ()) -> None:
     """Check ``{layer_id: {array_id: array}}`` (non-strict) and write it atomically as
-    ``parameters/<network.id>/...``."""
+    ``parameters/<network.id>/...``.
+
+    An existing array file is updated, not replaced: everything it holds besides
+    ``parameters/<network.id>`` (inputs, outputs, other networks' parameters, attributes)
+    is copied over unchanged.  It must be a readable PEtab SciML array file (else nothing
+    is written).  ``overwrite`` False refuses an existing file.
+    """
+    from petab_sciml.safe_write import check_output, staged_output
+
+    path = Path(path)
     check_parameters(network, params, file=path, net_id=network.id, strict=False)
-    write_array_file(path, parameters={network.id: params})
+    datasets = _collect(path, {network.id: params}, {}, {})
+    check_output(path, overwrite=overwrite, inputs=inputs_of)
+    keep = None
+    if os.path.lexists(path):
+        keep = read_array_file(path)   # refuses damaged files and external data
+    try:
+        with staged_output(path, overwrite=overwrite, inputs=inputs_of) as tmp:
+            with h5py.File(tmp, "w", libver=("v110", "latest")) as h5:
+                if keep is not None:
+                    _copy_others(path, h5, network.id)
+                if "metadata/pytorch_format" not in h5:
+                    h5.create_dataset("metadata/pytorch_format", data=np.uint8(1))
+                for name, value in datasets.items():
+                    h5.create_dataset(name, data=value)
+    except OSError as exc:
+        raise ArrayFileError(f"cannot write file: {_reason(exc)}", file=path) from exc
+
+
+def _copy_others(path: Path, h5: h5py.File, net_id: str) -> None:
+    """Copy every group of the array file ``path`` into ``h5`` except
+    ``parameters/<net_id>`` (links are copied as they are, never followed)."""
+    with h5py.File(path, "r") as old:
+        for name in old:
+            if name == "parameters":
+                group = h5.require_group("parameters")
+                group.attrs.update(old["parameters"].attrs)
+                for net in old["parameters"]:
+                    if net != net_id:
+                        old.copy(old["parameters"][net], group, name=net)
+            else:
+                old.copy(old[name], h5, name=name)
+        h5.attrs.update(old.attrs)

@@ -16,7 +16,28 @@ import click
 from petab_sciml.errors import MissingExtraError, PetabSciMLError
 
 
-@click.group()
+class _Group(click.Group):
+    """The main group: an unexpected exception ends in one line naming it (a bug to
+    report), never in a traceback; ``PETAB_SCIML_DEBUG=1`` shows the traceback."""
+
+    def invoke(self, ctx: click.Context):
+        import os
+
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit,
+                KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("PETAB_SCIML_DEBUG"):
+                raise
+            text = (str(exc).splitlines() or [""])[0][:300]
+            raise click.ClickException(
+                f"internal error: {type(exc).__name__}: {text} (a bug in petab-sciml; "
+                "please report it; PETAB_SCIML_DEBUG=1 shows the traceback)") from None
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="petab-sciml-toolkit")
 def main() -> None:
     """PEtab SciML networks and problems in PyTorch and JAX."""
@@ -34,11 +55,14 @@ def test_cases() -> None:
                    "with cross-backend columns.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
               show_default=True, help="Network cases' dtype (problem cases run in float64).")
+@click.option("--mode", type=click.Choice(["train", "eval"]), default="train",
+              show_default=True, help="Mode of network cases whose solutions.yaml names "
+                   "none (a case's own mode wins): PyTorch's train() or eval().")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option("--suite/--no-suite", default=True, show_default=True,
               help="Without PATHS: also run the official suite's ML-import, SciML "
                    "problem-import and initialization cases.")
-def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, as_json: bool,
+def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_json: bool,
               suite: bool) -> None:
     """Run the cases under PATHS (default: test_cases/ and the official suite).
 
@@ -80,7 +104,8 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, as_json: bool,
         def advance(name: str) -> None:
             progress.update(task, advance=1, description=Path(name).name)
 
-        results = testcases.run_all(cases, backends, dtype=dtype, progress=advance)
+        results = testcases.run_all(cases, backends, dtype=dtype, progress=advance,
+                                    mode=mode)
         problem_results = testcases.run_problems(problems, backends, progress=advance)
     every = [*results, *problem_results]
     failed = sum(not r.passed for r in every)
@@ -215,10 +240,11 @@ def _register_commands() -> None:
     """Commands defined in their own modules (kept small; imported at start-up because
     click needs their options, while their heavy imports happen inside)."""
     from petab_sciml.cli_convert import convert
-    from petab_sciml.cli_problem import info, validate
+    from petab_sciml.cli_problem import info, upgrade, validate
 
     main.add_command(validate)
     main.add_command(info)
+    main.add_command(upgrade)
     main.add_command(convert)
 
 

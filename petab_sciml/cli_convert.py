@@ -9,7 +9,14 @@ from pathlib import Path
 
 import click
 
-from petab_sciml.errors import MissingExtraError, PetabSciMLError
+from petab_sciml.cli_problem import limit_option
+from petab_sciml.errors import MissingExtraError, OutputError, PetabSciMLError
+
+
+class RefusedOutput(click.ClickException):
+    """A refused output (see :mod:`petab_sciml.safe_write`): a usage error, exit 2."""
+
+    exit_code = 2
 
 
 def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
@@ -49,11 +56,31 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
                    "nothing and name each node that has no portable form.")
 @click.option("--show-names", is_flag=True,
               help="Print where each ONNX initializer went (ONNX sources).")
+@click.option("--force", is_flag=True,
+              help="Replace an existing OUT (and update an existing --params array file: "
+                   "only parameters/<net> is replaced, its other groups are kept).")
+@limit_option
 def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
             src_format: str | None, dst_format: str | None, net_id: str | None,
             input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
-            portable: bool) -> None:
-    """Convert the network file IN to OUT (YAML, ONNX, ...; formats by extension)."""
+            portable: bool, force: bool, limits: dict[str, int]) -> None:
+    """Convert the network file IN to OUT (YAML, ONNX, ...; formats by extension).
+
+    OUT must not be IN, nor exist unless --force; it is written to a temporary path
+    next to it and moved in place when complete.  Exit status: 0 done, 1 bad input,
+    2 usage error or refused output.
+    """
+    from petab_sciml.limits import use_limits
+
+    with use_limits(**limits):
+        _convert(src, dst, params, params_in, src_format, dst_format, net_id, input_shapes,
+                 trust_code, show_names, portable, force)
+
+
+def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
+             src_format: str | None, dst_format: str | None, net_id: str | None,
+             input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
+             portable: bool, force: bool) -> None:
     from petab_sciml.convert import carries_parameters
     from petab_sciml.convert import convert as run_convert
     from petab_sciml.plugins import format_for_path
@@ -77,11 +104,13 @@ def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
         result = run_convert(src, dst, src_format=src_format, dst_format=dst_format,
                              params_out=params_out, params_in=params_in,
                              trust_code=trust_code, net_id=net_id, input_shapes=shapes,
-                             portable=portable)
+                             portable=portable, force=force)
         if show_names and result.src_format == "onnx":
             from petab_sciml.formats.onnx import import_onnx
 
             click.echo(import_onnx(src, net_id=net_id).format_names())
+    except OutputError as exc:
+        raise RefusedOutput(str(exc)) from None
     except (PetabSciMLError, MissingExtraError) as exc:
         raise click.ClickException(str(exc)) from None
     for message in result.warnings:

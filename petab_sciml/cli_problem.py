@@ -1,8 +1,8 @@
-"""``petab-sciml validate`` and ``petab-sciml info`` (registered in :mod:`petab_sciml.cli`).
+"""``petab-sciml validate``, ``info`` and ``upgrade`` (registered in :mod:`petab_sciml.cli`).
 
-Exit status of ``validate``: 0 valid (warnings allowed), 1 invalid, 2 usage error.
-Neither command needs torch or jax, and neither runs code from the problem unless
-``--trust-code`` is given.
+Exit status of ``validate`` and ``info``: 0 valid (warnings allowed), 1 invalid, 2 usage
+error.  None of these commands needs torch or jax, and none runs code from the problem
+unless ``--trust-code`` is given.
 """
 
 from __future__ import annotations
@@ -17,25 +17,52 @@ _PROBLEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
+def _parse_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+                  ) -> dict[str, int]:
+    from petab_sciml.limits import parse_limit
+
+    out = {}
+    for text in values:
+        try:
+            name, value = parse_limit(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        out[name] = value
+    return out
+
+
+limit_option = click.option(
+    "--limit", "limits", multiple=True, metavar="NAME=VALUE", callback=_parse_limits,
+    help="Raise (or lower) a budget on what input files may cost, e.g. max_elements=1e9 "
+         "for a trusted huge network (repeatable; see docs/validation.md).")
+"""The ``--limit NAME=VALUE`` option: a dict of budgets for
+:func:`petab_sciml.limits.use_limits`."""
+
+
 @click.command("validate")
 @click.argument("problem", type=_PROBLEM)
 @click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-@click.option("--libpetab", is_flag=True, default=False,
+@click.option("--libpetab/--no-libpetab", default=False,
               help="Also run libpetab-python's PEtab v2 + SciML linter (libpetab >= 0.10, "
                    "Python >= 3.12) and show its findings beside ours, tagged LIBPETAB; "
-                   "they never decide validity. Off by default: it can be much slower.")
-def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool) -> None:
+                   "they never decide validity, and it runs only on problems without other "
+                   "errors. Off by default: it can be much slower.")
+@limit_option
+def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
+             limits: dict[str, int]) -> None:
     """Validate a PEtab SciML problem (its YAML file).
 
     Runs the PEtab v2 checks and every rule of the SciML specification (see
     docs/validation.md), checks network files through their format plugins and array
     files against the networks.  Exits 0 if valid, 1 if not.
     """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem.validate import validate_problem
 
-    report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
+    with use_limits(**limits):
+        report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -64,15 +91,22 @@ def _print_issues(report) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-def info(problem: Path, as_json: bool, trust_code: bool) -> None:
-    """Show a problem's networks and every parameter-table row, resolved."""
+@limit_option
+def info(problem: Path, as_json: bool, trust_code: bool, limits: dict[str, int]) -> None:
+    """Show a problem's networks and every parameter-table row, resolved.
+
+    Exits 1 if the problem is invalid (run validate for the issues).
+    """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem.info import problem_info
 
-    data = problem_info(problem, trust_code=trust_code)
+    with use_limits(**limits):
+        data = problem_info(problem, trust_code=trust_code)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
-        return
-    _print_info(data)
+    else:
+        _print_info(data)
+    sys.exit(0 if data["valid"] else 1)
 
 
 def _fmt(value) -> str:
@@ -110,3 +144,40 @@ def _print_info(data: dict) -> None:
     verdict = "valid" if data["valid"] else "invalid"
     console.print(f"{data['problem']}: {verdict} ({data['errors']} error(s), "
                   f"{data['warnings']} warning(s); run validate for details)")
+
+
+@click.command("upgrade")
+@click.argument("problem", type=_PROBLEM)
+@click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in "
+              "DESTINATION.")
+def upgrade(problem: Path, destination: Path, force: bool) -> None:
+    """Rewrite a problem of an older PEtab SciML draft in the current format.
+
+    Reads PROBLEM (its YAML file) and writes the problem into the folder DESTINATION:
+    `problems:` and `parameter_file` become top-level file lists, measurements'
+    simulationConditionId an experiment table, per-target condition columns condition
+    rows, simulation-network assignments a hybridization table (docs/problems.md).  Prints
+    each change, then validates the result.  Exits 0 if the result is valid (or nothing
+    needed upgrading), 1 otherwise.
+    """
+    from petab_sciml.problem.upgrade import UpgradeError, upgrade_problem
+    from petab_sciml.problem.validate import validate_problem
+
+    try:
+        result = upgrade_problem(problem, destination, force=force)
+    except UpgradeError as exc:
+        raise click.ClickException(f"cannot upgrade: {exc}") from None
+    if result.problem is None:
+        click.echo(f"{problem}: already in the current format; nothing written")
+        return
+    click.echo(f"{problem} -> {result.problem}:")
+    for change in result.changes:
+        click.echo(f"  - {change}")
+    report = validate_problem(result.problem)
+    if report.ok:
+        warnings = len(report.issues.warnings)
+        click.echo(f"{result.problem}: valid ({warnings} warning(s))")
+        return
+    _print_issues(report)
+    sys.exit(1)

@@ -68,6 +68,14 @@ def carries_parameters(fmt: NetworkFormat) -> tuple[bool, bool]:
     return reader_with_parameters(fmt) is not None, _accepts(fmt.write, "params")
 
 
+def writes_folder(fmt: NetworkFormat, path: str | os.PathLike) -> bool:
+    """Whether ``fmt`` writes ``path`` as a folder (NNEF without an archive extension):
+    the format module's ``output_is_folder(path)``, else False."""
+    module = sys.modules.get(getattr(fmt.write, "__module__", ""), None)
+    fn = getattr(module, "output_is_folder", None) if module is not None else None
+    return bool(fn(path)) if callable(fn) else False
+
+
 def convert(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -80,6 +88,7 @@ def convert(
     net_id: str | None = None,
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None,
     portable: bool = False,
+    force: bool = False,
 ) -> ConvertResult:
     """Convert the network file ``src`` to ``dst``.
 
@@ -95,15 +104,32 @@ def convert(
     subset (:mod:`petab_sciml.portable`), or nothing is written and
     :class:`~petab_sciml.errors.NetworkError` names each node without a portable form.
 
-    Raises :class:`~petab_sciml.errors.PetabSciMLError` for unreadable input, an unknown
+    Outputs are checked before anything is read, and written through
+    :mod:`petab_sciml.safe_write`: ``dst`` and ``params_out`` must not be (or resolve to)
+    ``src``, ``params_in`` or each other, must not be special files or symlinks, and must
+    not exist unless ``force``.  An existing ``params_out`` array file is updated: only
+    ``parameters/<net_id>`` is replaced, its other groups are kept.
+
+    Raises :class:`~petab_sciml.errors.OutputError` for a refused output,
+    :class:`~petab_sciml.errors.PetabSciMLError` for unreadable input, an unknown
     format, a destination that cannot be written, or ``params_out`` without parameters.
     """
+    from petab_sciml.safe_write import check_output
+
     src, dst = Path(src), Path(dst)
     fin = format_for_path(src, src_format)
     fout = format_for_path(dst, dst_format)
     if fout.write is None:
         raise PetabSciMLError(f"the {fout.name} format is import-only; choose another "
                               "destination format", file=dst)
+    check_output(dst, overwrite=force, inputs=[src, params_in, params_out],
+                 folder=writes_folder(fout, dst))
+    if params_out is not None:
+        check_output(params_out, overwrite=force, inputs=[src, params_in, dst])
+    if not src.is_dir():   # a FIFO or a device would hang or never end in a format reader
+        from petab_sciml.safe_read import check_regular_file
+
+        check_regular_file(src, what=f"a {fin.name} network file", limit=None)
     options: dict[str, Any] = {}
     if fin.runs_code:
         options["trust_code"] = trust_code
@@ -146,19 +172,21 @@ def convert(
             kwargs["params"] = params
         if input_shapes is not None and _accepts(fout.write, "input_shapes"):
             kwargs["input_shapes"] = dict(input_shapes)
+        if _accepts(fout.write, "overwrite"):
+            kwargs["overwrite"] = force
+        if params_out is not None and not params:
+            raise PetabSciMLError(
+                f"no parameters to write: the {fin.name} format carries no weights; pass "
+                "a parameter file to read (params_in / --params-in)", file=params_out)
         fout.write(network, dst, **kwargs)
     messages = [str(w.message) for w in caught]
     written = None
     if params_out is not None:
-        if not params:
-            raise PetabSciMLError(
-                f"no parameters to write: the {fin.name} format carries no weights; pass "
-                "a parameter file to read (params_in / --params-in)", file=params_out)
         from petab_sciml.arrays import save_parameters
 
-        save_parameters(params_out, network, params)
+        save_parameters(params_out, network, params, overwrite=force, inputs_of=[src, dst])
         written = Path(params_out)
-    elif params and "params" not in kwargs:
+    if params_out is None and params and "params" not in kwargs:
         messages.append(f"the {fout.name} format stores no weights: the parameters read from "
                         f"{src.name} were not written (pass a parameter file to write them "
                         "to)")

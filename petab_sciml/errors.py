@@ -11,13 +11,20 @@ class PetabSciMLError(Exception):
     """Base class of all errors raised for bad input.
 
     ``file`` is the path of the offending file (or ``None`` for in-memory objects),
-    ``entry`` the layer, node, dataset or row inside it.
+    ``entry`` the layer, node, dataset or row inside it.  ``code`` is the validator's
+    issue code for this error where it is more specific than the validator's default
+    for the file (``LIMIT_ELEMENTS``, ``FILE_NOT_REGULAR``, ...); None otherwise.
     """
 
-    def __init__(self, message: str, *, file: object | None = None, entry: str | None = None):
+    code: str | None = None
+
+    def __init__(self, message: str, *, file: object | None = None, entry: str | None = None,
+                 code: str | None = None):
         self.message = message
         self.file = None if file is None else str(file)
         self.entry = entry
+        if code is not None:
+            self.code = code
         super().__init__(self._format())
 
     def _format(self) -> str:
@@ -36,6 +43,27 @@ class NetworkError(PetabSciMLError):
 
 class ArrayFileError(PetabSciMLError):
     """A PEtab SciML HDF5 array file has a wrong layout, flag or shape."""
+
+
+class LimitError(PetabSciMLError):
+    """An input exceeds a budget of :mod:`petab_sciml.limits`; ``limit`` names the budget
+    (raise it with ``--limit NAME=VALUE``) and ``code`` is its issue code."""
+
+    def __init__(self, message: str, *, code: str, limit: str | None = None,
+                 file: object | None = None, entry: str | None = None):
+        super().__init__(message, file=file, entry=entry, code=code)
+        self.limit = limit
+
+
+class InputFileError(PetabSciMLError):
+    """An input file cannot be read safely: missing, not a regular file (a device, a
+    FIFO, a folder), or unreadable."""
+
+
+class OutputError(PetabSciMLError):
+    """An output path is refused before anything is written: it is (or resolves to) an
+    input, it exists and overwriting was not allowed, it is a special file or a folder
+    where a file is expected (or the reverse), or its folder does not exist."""
 
 
 class UntrustedCodeError(PetabSciMLError):

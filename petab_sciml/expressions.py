@@ -28,7 +28,6 @@ numbers are 1/0, numbers used as conditions are ``!= 0`` (as in PEtab).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,16 +63,6 @@ class ExpressionError(PetabSciMLError):
 # Parser
 # ---------------------------------------------------------------------------------------
 
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<ws>\s+)
-  | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>\*\*|&&|\|\||<=|>=|==|!=|[-+*/^(),<>!])
-    """,
-    re.VERBOSE,
-)
-
 _TRIG = {
     "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan,
     "sec": sympy.sec, "csc": sympy.csc, "cot": sympy.cot,
@@ -97,16 +86,6 @@ _UNARY = {
     **_TRIG,
 }
 _LITERALS = {"inf": sympy.oo, "nan": sympy.nan, "true": sympy.true, "false": sympy.false}
-
-_BINARY_BP = {
-    "||": 10, "&&": 10,
-    "<": 20, "<=": 20, ">": 20, ">=": 20, "==": 20, "!=": 20,
-    "+": 30, "-": 30,
-    "*": 40, "/": 40,
-    "^": 60, "**": 60,
-}  # fmt: skip
-_NOT_BP = 45
-_UNARY_BP = 50
 _RELATIONS = {
     "<": sympy.StrictLessThan,
     "<=": sympy.LessThan,
@@ -139,146 +118,144 @@ def number_to_boolean(x):
     return sympy.Ne(x, 0)
 
 
-class _Parser:
-    def __init__(self, text: str, context: str | None):
-        self.text = text
-        self.context = context
-        self.tokens: list[tuple[str, str, int]] = []
-        pos = 0
-        while pos < len(text):
-            m = _TOKEN_RE.match(text, pos)
-            if m is None:
-                self.fail(f"unexpected character {text[pos]!r}", pos)
-            kind = m.lastgroup
-            if kind != "ws":
-                self.tokens.append((kind, m.group(), pos))
-            pos = m.end()
-        self.tokens.append(("end", "", len(text)))
-        self.i = 0
+def _children(node: tuple) -> tuple:
+    kind = node[0]
+    if kind in ("neg", "pos", "not"):
+        return (node[1],)
+    if kind in ("add", "mul"):
+        return tuple(child for _, child in node[1])
+    if kind in ("and", "or"):
+        return node[1]
+    if kind == "call":
+        return node[2]
+    if kind == "rel":
+        return (node[2], node[3])
+    if kind == "pow":
+        return (node[1], node[2])
+    return ()
 
-    def fail(self, message: str, pos: int):
-        raise ExpressionError(f"{message} at position {pos} in {self.text!r}", entry=self.context)
 
-    def peek(self):
-        return self.tokens[self.i]
-
-    def take(self):
-        tok = self.tokens[self.i]
-        self.i += 1
-        return tok
-
-    def expect(self, value: str):
-        kind, text, pos = self.take()
-        if text != value or kind == "name":
-            self.fail(f"expected {value!r}, found {text or 'end of expression'!r}", pos)
-
-    def parse(self):
-        if len(self.tokens) == 1:
-            self.fail("empty expression", 0)
-        expr = self.expr(0)
-        kind, text, pos = self.peek()
-        if kind != "end":
-            self.fail(f"unexpected {text!r}", pos)
-        return expr
-
-    def expr(self, min_bp: int):
-        left = self.prefix()
-        while True:
-            kind, op, pos = self.peek()
-            if kind != "op" or op not in _BINARY_BP:
-                break
-            bp = _BINARY_BP[op]
-            if bp <= min_bp:
-                break
-            self.take()
-            # '^' is right-associative: its right operand may contain another '^'
-            right = self.expr(bp - 1 if op in ("^", "**") else bp)
-            left = self.binary(op, left, right, pos)
-        return left
-
-    def binary(self, op, left, right, pos):
+def _build(tree: tuple, text: str, context: str | None):
+    """sympy from a syntax tree (:mod:`petab_sciml.math_syntax`), bottom-up without
+    recursion; constant powers too large for exact arithmetic are folded in floats."""
+    stack: list[tuple[tuple, bool]] = [(tree, False)]
+    values: list[Any] = []
+    while stack:
+        node, done = stack.pop()
+        children = _children(node)
+        if children and not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(children))
+            continue
+        args = values[len(values) - len(children):] if children else []
+        if children:
+            del values[len(values) - len(children):]
         try:
-            if op in ("&&", "||"):
-                a, b = number_to_boolean(left), number_to_boolean(right)
-                return sympy.And(a, b) if op == "&&" else sympy.Or(a, b)
-            a, b = bool_to_number(left), bool_to_number(right)
-            if op in _RELATIONS:
-                return _RELATIONS[op](a, b)
-            if op == "+":
-                return a + b
-            if op == "-":
-                return a - b
-            if op == "*":
-                return a * b
-            if op == "/":
-                return a / b
-            return sympy.Pow(a, b)
-        except (TypeError, ValueError) as exc:  # pragma: no cover - defensive
-            self.fail(f"cannot apply {op!r}: {exc}", pos)
+            values.append(_node(node, args))
+        except (TypeError, ValueError, ArithmeticError) as exc:  # pragma: no cover
+            raise ExpressionError(f"cannot evaluate {node[0]} at position {node[-1]} in "
+                                  f"{text!r}: {exc}", entry=context) from None
+    return values[0]
 
-    def prefix(self):
-        kind, text, pos = self.take()
-        if kind == "number":
-            if re.fullmatch(r"\d+", text):
-                return sympy.Integer(int(text))
-            return sympy.Float(float(text))
-        if kind == "name":
-            nkind, ntext, _ = self.peek()
-            if nkind == "op" and ntext == "(":
-                self.take()
-                return self.call(text, pos)
-            literal = _LITERALS.get(text.lower())
-            if literal is not None:
-                return literal
-            return sympy.Symbol(text)
-        if kind == "op":
-            if text == "(":
-                inner = self.expr(0)
-                self.expect(")")
-                return inner
-            if text in ("+", "-"):
-                operand = bool_to_number(self.expr(_UNARY_BP))
-                return -operand if text == "-" else operand
-            if text == "!":
-                return sympy.Not(number_to_boolean(self.expr(_NOT_BP)))
-        self.fail(f"unexpected {text or 'end of expression'!r}", pos)
 
-    def call(self, name: str, pos: int):
-        args = []
-        if self.peek()[1] != ")":
-            while True:
-                args.append(self.expr(0))
-                if self.peek()[1] == ",":
-                    self.take()
-                    continue
-                break
-        self.expect(")")
+def _number(text: str):
+    if text.isdigit() and len(text.lstrip("0")) <= 300:
+        return sympy.Integer(int(text))
+    return sympy_number(float(text))   # overflows to inf, like the backends' floats
 
-        def arity(ok: bool, want: str):
-            if not ok:
-                self.fail(f"{name}() takes {want} argument(s), got {len(args)}", pos)
 
-        if name == "piecewise":
-            arity(len(args) % 2 == 1, "an odd number (v1, c1, ..., otherwise) of")
-            pieces = [
-                (bool_to_number(v), number_to_boolean(c)) for v, c in zip(args[:-1:2], args[1:-1:2])
-            ]
-            pieces.append((bool_to_number(args[-1]), sympy.true))
-            return sympy.Piecewise(*pieces)
-        nargs = [bool_to_number(a) for a in args]
-        if name in _UNARY:
-            arity(len(args) == 1, "1")
-            return _UNARY[name](nargs[0])
-        if name == "log":
-            arity(len(args) in (1, 2), "1 or 2")
-            return sympy.log(*nargs)
-        if name == "pow":
-            arity(len(args) == 2, "2")
-            return sympy.Pow(*nargs)
-        if name in ("min", "max"):
-            arity(len(args) >= 1, "at least 1")
-            return (sympy.Min if name == "min" else sympy.Max)(*nargs)
-        self.fail(f"unknown function {name!r}", pos)
+def _node(node: tuple, args: list):
+    kind = node[0]
+    if kind == "num":
+        return _number(node[1])
+    if kind == "name":
+        literal = _LITERALS.get(node[1].lower())
+        return literal if literal is not None else sympy.Symbol(node[1])
+    if kind == "neg":
+        return -bool_to_number(args[0])
+    if kind == "pos":
+        return bool_to_number(args[0])
+    if kind == "not":
+        return sympy.Not(number_to_boolean(args[0]))
+    if kind == "add":
+        return sympy.Add(*(bool_to_number(a) if sign == "+" else -bool_to_number(a)
+                           for (sign, _), a in zip(node[1], args)))
+    if kind == "mul":
+        return sympy.Mul(*(bool_to_number(a) if op == "*" else 1 / bool_to_number(a)
+                           for (op, _), a in zip(node[1], args)))
+    if kind in ("and", "or"):
+        parts = [number_to_boolean(a) for a in args]
+        return sympy.And(*parts) if kind == "and" else sympy.Or(*parts)
+    if kind == "rel":
+        return _RELATIONS[node[1]](bool_to_number(args[0]), bool_to_number(args[1]))
+    if kind == "pow":
+        return _tame(power(bool_to_number(args[0]), bool_to_number(args[1])))
+    return _tame(_call(node[1], args))
+
+
+def _tame(value):
+    """A constant that sympy cannot evaluate in floats (``exp(exp(exp(exp(10))))``:
+    mpmath overflows) becomes its float64 value (inf), so that no later sympy step (CSE,
+    ordering, printing) trips over it."""
+    if value.free_symbols or isinstance(value, sympy.Number) or _is_boolean(value):
+        return value
+    try:
+        complex(sympy.N(value, 17))
+        return value
+    except (OverflowError, TypeError, ValueError, ArithmeticError, RecursionError):
+        pass
+    import warnings
+
+    import numpy as np
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        number = complex(sympy.lambdify([], value, "numpy")())
+    if number.imag != 0 and not math.isnan(number.imag):
+        return sympy.nan
+    return sympy_number(number.real)
+
+
+def power(base, exponent):
+    """``base ** exponent``; when both are numbers whose exact power would exceed about
+    2^4096 (``9^9^9``), folded in floating point instead (inf on overflow), so constant
+    folding is bounded in time and memory."""
+    from petab_sciml.math_syntax import EXACT_BITS, exact_power_bits
+
+    if isinstance(base, sympy.Number) and isinstance(exponent, sympy.Number):
+        b, e = _as_float(base), _as_float(exponent)
+        if exact_power_bits(b, e) > EXACT_BITS:
+            if b < 0 and not e.is_integer():
+                return sympy.nan
+            try:
+                return sympy_number(float(b ** e))
+            except OverflowError:
+                odd = e.is_integer() and e % 2 == 1
+                return -sympy.oo if b < 0 and odd else sympy.oo
+    return sympy.Pow(base, exponent)
+
+
+def _as_float(value) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _call(name: str, args: list):
+    if name == "piecewise":
+        pieces = [(bool_to_number(v), number_to_boolean(c))
+                  for v, c in zip(args[:-1:2], args[1:-1:2])]
+        pieces.append((bool_to_number(args[-1]), sympy.true))
+        return sympy.Piecewise(*pieces)
+    nargs = [bool_to_number(a) for a in args]
+    if name in _UNARY:
+        return _UNARY[name](nargs[0])
+    if name == "log":
+        return sympy.log(*nargs)
+    if name == "pow":
+        return power(*nargs)
+    return (sympy.Min if name == "min" else sympy.Max)(*nargs)
 
 
 def parse(expression: str | float | int | sympy.Basic, *, context: str | None = None):
@@ -288,7 +265,11 @@ def parse(expression: str | float | int | sympy.Basic, *, context: str | None = 
     ``context`` names where the expression comes from (e.g. ``"observables.tsv: prey_o
     observableFormula"``) and is put in front of error messages.
 
-    Raises :class:`ExpressionError` for syntax errors, unknown functions and wrong arities.
+    The grammar and its budgets (length, nesting depth) are those of
+    :mod:`petab_sciml.math_syntax`, which the validator checks too.  Raises
+    :class:`ExpressionError` for syntax errors, unknown functions and wrong arities, and
+    for formulas over a budget (``code`` ``LIMIT_EXPRESSION_DEPTH`` or
+    ``LIMIT_EXPRESSION_SIZE``).
     """
     if isinstance(expression, sympy.Basic):
         return expression
@@ -304,7 +285,13 @@ def parse(expression: str | float | int | sympy.Basic, *, context: str | None = 
         raise ExpressionError(
             f"cannot parse {type(expression).__name__} as an expression", entry=context
         )
-    return _Parser(expression, context).parse()
+    from petab_sciml.math_syntax import MathSyntaxError, parse_syntax
+
+    try:
+        syntax = parse_syntax(expression, context=context)
+    except MathSyntaxError as exc:
+        raise ExpressionError(exc.message, entry=context, code=exc.code) from None
+    return _build(syntax.tree, expression, context)
 
 
 def sympy_number(value: float):
@@ -424,26 +411,39 @@ class _Printer:
             return f"_or(_not({self.cond(a)}), {self.cond(b)})"
         raise ExpressionError(f"cannot compile boolean {type(expr).__name__}: {expr}")
 
+    def constant(self, expr) -> str | None:
+        """Code of the float64 value of a constant expression; None if sympy cannot
+        evaluate it (e.g. exp(exp(exp(exp(10)))): its code then computes it at run time,
+        in the backend's floats, like any other expression)."""
+        if expr.has(sympy.nan, sympy.zoo):
+            return "_nan"
+        try:
+            value = complex(sympy.N(expr, 17))
+        except (OverflowError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            if not isinstance(expr, sympy.Number):
+                return None
+            if isinstance(exc, OverflowError):
+                return "_inf" if expr > 0 else "(-_inf)"
+            raise ExpressionError(f"cannot evaluate constant {expr}") from exc
+        if value.imag != 0 and not math.isnan(value.imag):
+            return "_nan"   # as float arithmetic has it: (-2)^(1/3) is NaN, not an error
+        real = value.real
+        if math.isnan(real):
+            return "_nan"
+        if math.isinf(real):
+            return "_inf" if real > 0 else "(-_inf)"
+        return repr(float(real))
+
     def code(self, expr) -> str:
         if expr in self.names:
             return self.names[expr]
         if not expr.free_symbols:
             if _is_boolean(expr):
                 return self.cond(expr)
-            if expr.has(sympy.nan, sympy.zoo):
-                return "_nan"
-            try:
-                value = complex(sympy.N(expr, 17))
-            except (TypeError, ValueError) as exc:
-                raise ExpressionError(f"cannot evaluate constant {expr}") from exc
-            if value.imag != 0 and not math.isnan(value.imag):
-                raise ExpressionError(f"constant {expr} is not real")
-            real = value.real
-            if math.isnan(real):
-                return "_nan"
-            if math.isinf(real):
-                return "_inf" if real > 0 else "(-_inf)"
-            return repr(float(real))
+            folded = self.constant(expr)
+            if folded is not None:
+                return folded
+            # not foldable in sympy (beyond its float range): computed at run time
         if isinstance(expr, sympy.Symbol):
             raise ExpressionError(f"symbol {expr.name!r} is not an argument")  # pragma: no cover
         if isinstance(expr, sympy.Add):
@@ -504,6 +504,57 @@ class _Printer:
         if _is_boolean(expr):
             return self.cond(expr)
         raise ExpressionError(f"cannot compile {func.__name__} in {expr}")
+
+
+_STATEMENT_HEIGHT = 12
+"""Subexpressions are at most this many levels high in one generated statement: the
+generated source then stays within Python's parser limits (200 nested parentheses) and
+the printer's recursion stays shallow, whatever the formula's depth."""
+
+
+def _heights(expr) -> dict:
+    """Height of every subexpression of ``expr`` (leaves 0), computed without recursion."""
+    out: dict = {}
+    stack = [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if node in out:
+            continue
+        if not node.args:
+            out[node] = 0
+        elif done:
+            out[node] = 1 + max(out[a] for a in node.args)
+        else:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node.args if a not in out)
+    return out
+
+
+def _split_deep(replacements: list, reduced: list) -> tuple[list, list]:
+    """Move subexpressions of height ``_STATEMENT_HEIGHT`` into statements of their own
+    (like common subexpressions), until no expression is higher than that."""
+    names = sympy.numbered_symbols("h", cls=sympy.Dummy)
+    out: list = []
+
+    def cut(expr):
+        while True:
+            heights = _heights(expr)
+            if heights.get(expr, 0) <= _STATEMENT_HEIGHT:
+                return expr
+            deep = {node: next(names) for node, h in heights.items()
+                    if h == _STATEMENT_HEIGHT and not _is_pair(node)}
+            if not deep:
+                return expr
+            out.extend((sym, node) for node, sym in deep.items())
+            expr = expr.xreplace({node: sym for node, sym in deep.items()})
+
+    for sym, sub in replacements:
+        out.append((sym, cut(sub)))
+    return out, [cut(e) for e in reduced]
+
+
+def _is_pair(node) -> bool:
+    return isinstance(node, sympy.functions.elementary.piecewise.ExprCondPair)
 
 
 def _namespace(backend: str) -> dict[str, Any]:
@@ -615,6 +666,7 @@ def compile_expressions(
         )
     else:
         replacements, reduced = [], exprs
+    replacements, reduced = _split_deep(list(replacements), list(reduced))
     printer = _Printer(names)
     body: list[str] = []
     for k, (sym, sub) in enumerate(replacements):

@@ -187,6 +187,7 @@ class Network:
         input_ids = _check_inputs(inputs, file)
         built_layers = _build_layers(layers, file)
         free = _build_free_parameters(free_parameters, built_layers, file)
+        _check_sizes(built_layers, free, file)
         built_nodes = _build_nodes(nodes, built_layers, free, file)
         order = _check_graph(built_nodes, input_ids, file)
         return cls(id, input_ids, built_layers, built_nodes, free, file, order)
@@ -284,6 +285,36 @@ def _build_layers(layers: Iterable[Mapping[str, Any] | Layer], file: str | None
         config = spec.resolve_args(args, file=file, entry=entry)
         out[layer_id] = Layer(layer_id, layer_type, dict(args), config)
     return out
+
+
+def _check_sizes(layers: Mapping[str, Layer], free: Mapping[str, FreeParameter],
+                 file: str | None) -> None:
+    """Every parameter array has a valid shape (non-negative sizes), and together they
+    hold at most ``max_elements`` scalars (:mod:`petab_sciml.limits`): checked here, from
+    the declared arguments, before anything anywhere allocates an array."""
+    from petab_sciml import limits
+
+    total = 0
+    for layer in layers.values():
+        entry = f"layer {layer.id!r}"
+        try:
+            arrays = layer.arrays()
+        except (TypeError, ValueError, ArithmeticError) as exc:
+            raise NetworkError(f"the arguments of layer type {layer.type} give no valid "
+                               f"parameter shapes: {type(exc).__name__}: {exc}", file=file,
+                               entry=entry) from None
+        for name, info in arrays.items():
+            if any(d < 0 for d in info.shape):
+                raise NetworkError(f"array {name!r} would have shape {tuple(info.shape)}: the "
+                                   f"arguments of layer type {layer.type} must give "
+                                   "non-negative sizes", file=file, entry=entry)
+            total += info.size
+            limits.check("max_elements", "parameter scalars the network declares", total,
+                         file=file, entry=entry)
+    for p in free.values():
+        total += math.prod(p.shape)
+        limits.check("max_elements", "parameter scalars the network declares", total,
+                     file=file, entry=f"free parameter {p.id!r}")
 
 
 def _build_free_parameters(items: Iterable[Mapping[str, Any] | FreeParameter],

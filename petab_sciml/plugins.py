@@ -8,6 +8,7 @@ Third parties add a format by registering a :class:`NetworkFormat` under the
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -25,7 +26,10 @@ class NetworkFormat:
     ``read(path, **options)`` returns a :class:`~petab_sciml.network.Network`;
     ``write(network, path)`` may be None for import-only formats.  ``runs_code`` is True
     for formats whose loading executes code from the file (TorchScript, Python files):
-    those refuse to load unless trust is given.
+    those refuse to load unless trust is given.  ``read_with_parameters(path, **options)``
+    returns ``(network, {layer: {array: ndarray}})`` for formats that carry weights
+    (None for the others); when not given, the function of that name in the module that
+    defines ``read`` is used.
     """
 
     name: str
@@ -33,6 +37,14 @@ class NetworkFormat:
     read: Callable[..., Any]
     write: Callable[..., None] | None = None
     runs_code: bool = False
+    read_with_parameters: Callable[..., tuple[Any, dict[str, dict[str, Any]]]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_with_parameters is None:
+            module = sys.modules.get(getattr(self.read, "__module__", None) or "")
+            fn = getattr(module, "read_with_parameters", None)
+            if callable(fn):
+                object.__setattr__(self, "read_with_parameters", fn)
 
 
 @cache

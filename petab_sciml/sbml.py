@@ -432,11 +432,19 @@ def load_sbml(source: Any) -> OdeModel:
             if doc.getError(i).getSeverity() >= libsbml.LIBSBML_SEV_ERROR
         ]
         if severe:
-            msgs = "; ".join(f"line {e.getLine()}: {e.getMessage().strip()}" for e in severe[:5])
+            msgs = "; ".join(f"line {e.getLine()}: {_specific(e.getMessage())}"
+                             for e in severe[:5])
             raise SbmlError(f"invalid SBML: {msgs}", file=file)
     if model is None:
         raise SbmlError("the document holds no model", file=file)
     return _Importer(libsbml, doc, model, file).build()
+
+
+def _specific(message: str) -> str:
+    """The part of a libsbml message about this document: its last line (the lines
+    before restate the rule and its reference)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else message.strip()
 
 
 _UNSUPPORTED_MATH = {

@@ -3,8 +3,9 @@
 A case folder holds ``solutions.yaml`` naming ``net_file``, the inputs (``net_input`` or
 ``net_input_arg0``, ``net_input_arg1`` ...), optional ``net_ps`` and ``net_output``
 lists, and optionally ``dropout`` (number of training-mode passes whose mean is compared)
-and our own keys ``tol`` (absolute tolerance) and ``mode`` (``train``, the default as in
-the official suite, or ``eval``).
+and our own keys ``tol`` (absolute tolerance) and ``mode`` (``train`` or ``eval``).  A
+case's ``mode`` wins; cases without one run in the mode the runner is given (``train`` by
+default, as in the official suite; ``petab-sciml test-cases run --mode eval``).
 
 The runner is backend-agnostic: it talks to backends only through
 :class:`petab_sciml.backend_api.Backend`.
@@ -29,6 +30,8 @@ from petab_sciml.network import Network
 from petab_sciml.plugins import get_backend, get_format
 
 SUITE_ENV = "PETAB_SCIML_TESTSUITE"
+MODES = ("train", "eval")
+"""Modes a network case runs in (PyTorch's ``model.train()`` / ``model.eval()``)."""
 SUITE_TOLERANCE = 1e-3
 """Absolute tolerance of the official suite's ML-import cases."""
 DROPOUT_TOLERANCE = 1e-2
@@ -68,6 +71,12 @@ class NetworkCase:
     dropout: int | None = None
     tol: float | None = None
     mode: str = "train"
+    mode_given: bool = False
+    """Whether solutions.yaml names the mode (else ``mode`` is the default, train)."""
+
+    def mode_or(self, default: str) -> str:
+        """The mode this case runs in: its own, else ``default``."""
+        return self.mode if self.mode_given else default
 
     @property
     def name(self) -> str:
@@ -114,11 +123,12 @@ def load_case(path: str | os.PathLike) -> NetworkCase:
                               f"{len(params)} and {len(outputs)} files; expected equal counts",
                               file=sol_file)
     mode = solutions.get("mode", "train")
-    if mode not in ("train", "eval"):
+    if mode not in MODES:
         raise PetabSciMLError(f"mode must be train or eval, got {mode!r}", file=sol_file,
                               entry="mode")
     return NetworkCase(case, case / solutions["net_file"], inputs, params, outputs,
-                       solutions.get("dropout"), solutions.get("tol"), mode)
+                       solutions.get("dropout"), solutions.get("tol"), mode,
+                       "mode" in solutions)
 
 
 def _discover(paths: Iterable[str | os.PathLike], is_case: Callable[[Path], bool]
@@ -211,11 +221,13 @@ def _inputs_of(case: NetworkCase, i: int) -> list[np.ndarray]:
     return arrays
 
 
-def run_case(case: NetworkCase, backend_name: str, *, dtype: str = "float32"
-             ) -> CaseResult:
-    """Run every repetition of ``case`` on one backend and compare with the references."""
+def run_case(case: NetworkCase, backend_name: str, *, dtype: str = "float32",
+             mode: str = "train") -> CaseResult:
+    """Run every repetition of ``case`` on one backend and compare with the references,
+    in the case's own mode, else in ``mode``."""
     start = time.perf_counter()
     layers, tol = "?", SUITE_TOLERANCE
+    train = case.mode_or(mode) == "train"
     try:
         backend = get_backend(backend_name)
         network = get_format("yaml").read(case.net_file)
@@ -227,14 +239,14 @@ def run_case(case: NetworkCase, backend_name: str, *, dtype: str = "float32"
                 model = backend.set_parameters(model, load_parameters(case.params[i], network))
             inputs = _inputs_of(case, i)
             expected = _read_single(case.outputs[i], "outputs")
-            if case.dropout:
+            if case.dropout and train:
                 # The reference is itself a mean over ``dropout`` passes; averaging over
                 # more passes here keeps our own sampling noise well below the reference's,
                 # so the tolerance mostly has to cover the reference's noise.
                 passes = DROPOUT_PASS_FACTOR * int(case.dropout)
                 got = backend.mean_forward(model, inputs, passes=passes, seed=i)
             else:
-                got = backend.forward(model, inputs, train=case.mode == "train")
+                got = backend.forward(model, inputs, train=train)
             worst = max(worst, _max_abs_error(got, expected, case, i))
         return CaseResult(case.name, backend_name, layers, worst, tol, bool(worst <= tol),
                           seconds=time.perf_counter() - start)
@@ -260,16 +272,17 @@ def _max_abs_error(got: Sequence[np.ndarray], expected: Sequence[np.ndarray],
 
 
 def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
-                  dtype: str = "float32") -> dict[str, float]:
+                  dtype: str = "float32", mode: str = "train") -> dict[str, float]:
     """Max |a - b| of outputs and max relative gradient difference between the first
     backend and each other one, on the case's first repetition.
 
-    Stochastic networks are compared in eval mode; others in the case's mode.
+    Stochastic networks are compared in eval mode; others in the case's mode (else
+    ``mode``).
     """
     network = get_format("yaml").read(case.net_file)
     params = load_parameters(case.params[0], network) if case.params[0] is not None else None
     inputs = _inputs_of(case, 0)
-    train = case.mode == "train" and not network.stochastic
+    train = case.mode_or(mode) == "train" and not network.stochastic
     results = []
     for name in backend_names:
         backend = get_backend(name)
@@ -305,9 +318,13 @@ float64, a 3e-8 relative error of torch's own, hence 1e-7."""
 
 
 def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "float32",
-            progress: Callable[[str], None] | None = None) -> list[CaseResult]:
-    """Run every case on every backend; with several backends, add cross-backend columns
-    to the first backend's result (and fail it if the backends disagree)."""
+            progress: Callable[[str], None] | None = None, mode: str = "train"
+            ) -> list[CaseResult]:
+    """Run every case on every backend (in its own mode, else ``mode``); with several
+    backends, add cross-backend columns to the first backend's result (and fail it if the
+    backends disagree)."""
+    if mode not in MODES:
+        raise PetabSciMLError(f"mode must be train or eval, got {mode!r}")
     results: list[CaseResult] = []
     for path in paths:
         if progress:
@@ -318,10 +335,10 @@ def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "flo
             results.extend(CaseResult(str(path), b, "?", None, 0.0, False, error=str(exc))
                            for b in backends)
             continue
-        per_backend = [run_case(case, b, dtype=dtype) for b in backends]
+        per_backend = [run_case(case, b, dtype=dtype, mode=mode) for b in backends]
         if len(backends) > 1 and all(r.error is None for r in per_backend):
             try:
-                cross = cross_backend(case, backends, dtype=dtype)
+                cross = cross_backend(case, backends, dtype=dtype, mode=mode)
                 out_tol, grad_tol = CROSS_TOLERANCES[dtype]
                 agree = (cross["output_max_abs_diff"] <= out_tol
                          and cross["gradient_max_rel_diff"] <= grad_tol)

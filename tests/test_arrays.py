@@ -265,8 +265,10 @@ def test_write_rejects_bad_names_and_values(tmp_path, kwargs, match, entry):
 
 
 def test_write_into_missing_folder(tmp_path):
+    from petab_sciml.errors import OutputError
+
     path = tmp_path / "missing" / "p.hdf5"
-    with pytest.raises(ArrayFileError, match="does not exist"):
+    with pytest.raises(OutputError, match="does not exist"):
         write_array_file(path)
 
 

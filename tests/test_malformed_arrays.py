@@ -62,7 +62,7 @@ def network() -> Network:
 # (id, builder, expected message regex, expected entry or None)
 STRUCTURE_CASES = [
     ("missing_file", nothing, "file not found; expected a PEtab SciML HDF5 array file", None),
-    ("directory", directory, "is not a regular file", None),
+    ("directory", directory, "is a folder, not a regular file", None),
     ("not_hdf5", text_file, r"not an HDF5 file \(no HDF5 signature\)", None),
     ("no_metadata", h5(GOOD_PARAMS), "missing metadata/pytorch_format; expected a boolean "
      "scalar", "metadata/pytorch_format"),

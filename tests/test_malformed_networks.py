@@ -184,7 +184,7 @@ def test_invalid_yaml_syntax_names_line(tmp_path: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(NetworkError, match="cannot read file"):
+    with pytest.raises(NetworkError, match="file not found"):
         yaml_format.read(tmp_path / "absent.yaml")
 
 

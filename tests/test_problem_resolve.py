@@ -99,7 +99,7 @@ def test_precedence_values_masks_bounds(net):
     ]
     issues = IssueList()
     r = resolve_network(net, rows, files, issues=issues)
-    assert not issues
+    assert not issues   # numbers on some arrays override a file that is used elsewhere
     w = r.values["l1"]["weight"]
     expected = np.full((4, 3), 0.5)
     expected[1, 2] = 7.0
@@ -145,3 +145,18 @@ def test_dropout_most_specific_whole_array_row(net):
             _row("e", "nn.parameters[l1].bias[0]", 1.0, line=5)]
     r = resolve_network(net, rows, _files(net))
     assert r.dropout == {"l1": {"weight": 0.2, "bias": 0.5}}
+
+
+def test_number_for_every_parameter_beside_an_array_file_warns(net):
+    """The spec lets a number win over the array file; when numbers hide every value of
+    a file, the file is ignored and a warning says so (a layer overridden beside a file
+    that is used elsewhere is deliberate and is not reported, see above)."""
+    issues = IssueList()
+    rows = [_row("all", "nn.parameters", 0.0, True, 3)]
+    r = resolve_network(net, rows, _files(net), issues=issues, table_file="parameters.tsv")
+    (issue,) = issues
+    assert (issue.code, issue.row, issue.file) == ("PARAM_ARRAY_FILE_IGNORED", 3,
+                                                   "parameters.tsv")
+    assert "holds 26 parameter(s)" in issue.message and "'all' (nominalValue 0)" in \
+        issue.message
+    assert all(not v.any() for arrays in r.values.values() for v in arrays.values())

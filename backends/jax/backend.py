@@ -169,6 +169,18 @@ class JaxBackend:
         return JaxExecutor(plan, JaxOptions(**options),
                            ExportCache(cache_dir) if use_cache else None)
 
+    def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
+        """The whole problem as an ``equinox.Module`` (:mod:`.problem`)."""
+        from .problem import problem_model
+
+        return problem_model(problem, params, **options)
+
+    def parameters_of(self, model: Any) -> dict[str, Any]:
+        """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
+        from .problem import parameters
+
+        return parameters(model)
+
     def expression_namespace(self) -> dict[str, Any]:
         """Array functions for compiled PEtab formulas
         (:func:`petab_sciml.expressions.compile_expressions`)."""

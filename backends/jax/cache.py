@@ -1,27 +1,38 @@
 """Compiled JAX objectives kept across processes.
 
-Two layers, both in a user cache folder (``$PETAB_SCIML_CACHE_DIR``, else
-``$XDG_CACHE_HOME/petab_sciml`` or ``~/.cache/petab_sciml``; never inside the project):
+**Exported computations** (``jax.export``): the traced, differentiated objective as
+serialized StableHLO, in a user cache folder (``$PETAB_SCIML_CACHE_DIR``, else
+``$XDG_CACHE_HOME/petab_sciml`` or ``~/.cache/petab_sciml``; never inside the project).
+A new process that loads the same problem deserializes it instead of tracing (diffrax
+tracing is most of the first-call time).
 
-* **exported computations** (``jax.export``): the traced, differentiated objective as
-  serialized StableHLO, keyed by the problem's content (sha256 of every file), the
-  options, the array shapes and the versions of JAX and of this package's simulation
-  code.  A new process that loads the same problem deserializes it instead of tracing
-  (diffrax tracing is most of the first-call time);
-* JAX's **persistent compilation cache** (``jax_compilation_cache_dir``), which then
-  skips XLA compilation as well.  It is switched on only if the user has not set one.
+* **Key**: the problem's fingerprint (:attr:`SimulationPlan.fingerprint`: the problem
+  YAML and the content of every file *and folder* it names, e.g. an NNEF model folder),
+  the options, the array shapes, and the versions of Python, JAX and of this package's
+  simulation code.  Any edit that can change the computation changes the key.
+* **Integrity**: each entry starts with a header holding its key, its size and the
+  SHA-256 of its content.  An entry is used only if all three match (a flipped byte, a
+  truncated file, or an entry copied from another problem's cache is rejected before
+  deserializing), and a loaded computation that fails on its first call is dropped.
+* **Faults never stop a run**: a rejected entry, an unusable cache folder (a file, no
+  permission, a full disk) or a failed export falls back to tracing and compiling in
+  this process, with one warning per fault (per entry or folder and kind of fault).
 
-``PETAB_SCIML_CACHE=0`` (or ``cache=False``) switches both off.  Export needs code
-without host callbacks; diffrax's run-time checks (``equinox.error_if``) are traced in
-their NaN-returning form while exporting (a failed check gives NaN, which the objective
-reports as a failed simulation).  If export fails for any reason the plain jitted
-function is used.
+JAX's process-wide **persistent compilation cache** is not switched on by this module
+unless asked: set ``PETAB_SCIML_XLA_CACHE=1`` (it then goes to ``<cache>/xla``, and only
+if the process has not configured one), or call :func:`enable_compilation_cache`.
+
+``PETAB_SCIML_CACHE=0`` (or ``cache=False``) switches the export cache off.  Export needs
+code without host callbacks; diffrax's run-time checks (``equinox.error_if``) are traced
+in their NaN-returning form while exporting (a failed check gives NaN, which the
+objective reports as a failed simulation).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sys
 import warnings
@@ -30,6 +41,20 @@ from typing import Any
 
 ENV_DIR = "PETAB_SCIML_CACHE_DIR"
 ENV_SWITCH = "PETAB_SCIML_CACHE"
+ENV_XLA = "PETAB_SCIML_XLA_CACHE"
+MAGIC = b"PETAB-SCIML-EXPORT 1\n"
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once(kind: str, where: object, message: str) -> None:
+    """One warning per kind of cache fault and place (an entry, a folder) in this
+    process, however often the objective is evaluated."""
+    key = (kind, str(where))
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(f"JAX cache: {message}; compiling in this process instead",
+                      RuntimeWarning, stacklevel=4)
 
 
 def default_cache_dir() -> Path:
@@ -76,16 +101,31 @@ def code_hash() -> str:
     return _CODE_HASH
 
 
-def enable_compilation_cache(folder: Path) -> None:
-    """JAX's persistent compilation cache in ``folder`` unless one is configured."""
+def xla_cache_requested() -> bool:
+    """Whether ``PETAB_SCIML_XLA_CACHE`` asks for JAX's persistent compilation cache."""
+    return os.environ.get(ENV_XLA, "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def enable_compilation_cache(folder: str | os.PathLike) -> bool:
+    """Switch on JAX's persistent compilation cache in ``folder`` unless the process has
+    configured one.  This is process-wide (every later JAX compilation uses it), so it
+    is only done when asked (``PETAB_SCIML_XLA_CACHE=1``, or a call to this function).
+    Returns whether the cache is on; an unusable folder gives a warning, not an error."""
     import jax
 
     if jax.config.jax_compilation_cache_dir:
-        return
-    folder.mkdir(parents=True, exist_ok=True)
+        return True
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _warn_once("xla-folder", folder, f"cannot use {folder} for the XLA cache "
+                   f"({exc.strerror or exc})")
+        return False
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return True
 
 
 @contextlib.contextmanager
@@ -124,6 +164,33 @@ def _compiler_options() -> dict:
     return supported_compiler_options()
 
 
+def pack_entry(key: str, blob: bytes) -> bytes:
+    """A cache entry: header (key, size, SHA-256 of ``blob``) and ``blob``."""
+    header = {"key": key, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + blob
+
+
+def unpack_entry(data: bytes, key: str) -> bytes:
+    """The content of an entry written by :func:`pack_entry` for ``key``; raises
+    ``ValueError`` saying why an entry is not usable."""
+    if not data.startswith(MAGIC):
+        raise ValueError("not a petab-sciml cache entry (no header)")
+    header_line, sep, blob = data[len(MAGIC):].partition(b"\n")
+    if not sep:
+        raise ValueError("truncated header")
+    try:
+        header = json.loads(header_line)
+    except ValueError:
+        raise ValueError("damaged header") from None
+    if not isinstance(header, dict) or header.get("key") != key:
+        raise ValueError("the entry belongs to another computation (key mismatch)")
+    if header.get("size") != len(blob):
+        raise ValueError(f"size {len(blob)} differs from the recorded {header.get('size')}")
+    if header.get("sha256") != hashlib.sha256(blob).hexdigest():
+        raise ValueError("content hash mismatch (damaged or altered)")
+    return blob
+
+
 class ExportCache:
     """Wraps jitted objective functions so that they are exported once and reused."""
 
@@ -131,7 +198,8 @@ class ExportCache:
         self.folder = Path(folder) if folder is not None else default_cache_dir()
         self.exports = self.folder / "exported"
         self.events: list[str] = []
-        """What happened per wrapped function: 'loaded', 'exported' or 'jit'."""
+        """What happened per wrapped function: 'loaded', 'exported' or 'jit' (plus
+        'rejected' before a recompile when a stored entry failed its check)."""
 
     def key(self, executor: Any, kind: str, args: tuple) -> str:
         import jax
@@ -146,46 +214,83 @@ class ExportCache:
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def wrap(self, executor: Any, kind: str, jitted: Any) -> Any:
-        enable_compilation_cache(self.folder / "xla")
+        if xla_cache_requested():
+            enable_compilation_cache(self.folder / "xla")
         state: dict[str, Any] = {}
 
         def call(*args):
             fn = state.get("fn")
             if fn is None:
-                fn = state["fn"] = self._load_or_export(executor, kind, jitted, args)
+                fn, loaded_from = self._load_or_export(executor, kind, jitted, args)
+                state["fn"] = fn
+                if loaded_from is not None:
+                    try:
+                        return fn(*args)
+                    except Exception as exc:  # noqa: BLE001 - a stored entry that fails
+                        name = type(exc).__name__
+                        self._reject(loaded_from, f"stored computation failed ({name})")
+                        state["fn"] = fn = jitted
             return fn(*args)
 
         call.cache = self
         return call
 
-    def _load_or_export(self, executor: Any, kind: str, jitted: Any, args: tuple) -> Any:
+    def _reject(self, path: Path, why: str) -> None:
+        _warn_once("entry", path, f"ignoring {path.name}: {why}")
+        self.events.append("rejected")
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+    def _load_or_export(self, executor: Any, kind: str, jitted: Any, args: tuple
+                        ) -> tuple[Any, Path | None]:
+        """(function, path of the entry it was loaded from, or None)."""
         import jax
         from jax import export
 
         key = self.key(executor, kind, args)
         path = self.exports / f"{key}.bin"
-        if path.is_file():
+        data = self._read(path)
+        if data is not None:
             try:
-                exported = export.deserialize(bytearray(path.read_bytes()))
+                exported = export.deserialize(bytearray(unpack_entry(data, key)))
                 self.events.append("loaded")
-                return jax.jit(exported.call, compiler_options=_compiler_options())
-            except Exception as exc:  # noqa: BLE001 - a stale or damaged file
-                warnings.warn(f"ignoring cached computation {path}: {exc}", stacklevel=3)
+                return jax.jit(exported.call, compiler_options=_compiler_options()), path
+            except Exception as exc:  # noqa: BLE001 - a stale, damaged or foreign file
+                self._reject(path, str(exc).splitlines()[0] if str(exc) else
+                             type(exc).__name__)
         try:
             with nan_errors():
                 exported = export.export(jitted)(*args)
             blob = exported.serialize()
         except Exception as exc:  # noqa: BLE001 - fall back to plain jit
-            warnings.warn(f"cannot export the objective ({type(exc).__name__}: {exc}); "
-                          "using it without the cross-process cache", stacklevel=3)
+            _warn_once("export", self.exports, f"cannot export the objective "
+                       f"({type(exc).__name__}: {exc})")
             self.events.append("jit")
-            return jitted
+            return jitted, None
+        self._write(path, pack_entry(key, bytes(blob)))
+        self.events.append("exported")
+        return jax.jit(exported.call, compiler_options=_compiler_options()), None
+
+    def _read(self, path: Path) -> bytes | None:
+        from petab_sciml.errors import PetabSciMLError
+        from petab_sciml.safe_read import read_bytes
+
+        if not os.path.lexists(path):
+            return None
+        try:
+            return read_bytes(path, what="a cache entry", limit="max_file_bytes")
+        except PetabSciMLError as exc:
+            _warn_once("read", self.exports, f"cannot read {path}: {exc.message}")
+            return None
+
+    def _write(self, path: Path, data: bytes) -> None:
+        from petab_sciml.errors import PetabSciMLError
+        from petab_sciml.safe_write import write_bytes
+
         try:
             self.exports.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(blob)
-            os.replace(tmp, path)
-        except OSError as exc:  # pragma: no cover - read-only cache folder
-            warnings.warn(f"cannot write {path}: {exc}", stacklevel=3)
-        self.events.append("exported")
-        return jax.jit(exported.call, compiler_options=_compiler_options())
+            write_bytes(path, data, overwrite=True)
+        except (OSError, PetabSciMLError) as exc:
+            reason = getattr(exc, "message", None) or getattr(exc, "strerror", None) or exc
+            _warn_once("write", self.exports, f"cannot store {path.name} in {self.exports} "
+                       f"({reason})")

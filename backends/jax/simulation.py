@@ -33,10 +33,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import numpy as np
 
 from petab_sciml.simulation.compiled import compile_plan
-from petab_sciml.simulation.likelihood import log_likelihood, log_prior
+from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 CHECKPOINTS: int | None = None
@@ -120,6 +121,7 @@ class JaxExecutor:
             len(plan.theta_ids) + plan.n_w)
         self.fns = compile_plan(plan, "jax")
         self._forwards = self._networks()
+        self._train_forwards: dict[int, Any] = {}
         self.data = {k: jnp.asarray(v) for k, v in self._data_arrays().items()}
         self.n_traces = 0
         self.cache = cache
@@ -131,6 +133,16 @@ class JaxExecutor:
         from petab_sciml.backends.jax.model import make_forward
 
         return [make_forward(net.network, dtype="float64")[0] for net in self.plan.networks]
+
+    def _train_forward(self, j: int):
+        found = self._train_forwards.get(j)
+        if found is None:
+            from petab_sciml.backends.jax.model import make_forward
+
+            found = make_forward(self.plan.networks[j].network, train=True,
+                                 dtype="float64")[0]
+            self._train_forwards[j] = found
+        return found
 
     def _net_arrays(self, w):
         """Per network: (params, buffers) nested dicts sliced out of ``w``."""
@@ -145,8 +157,10 @@ class JaxExecutor:
             out.append((params, buffers))
         return out
 
-    def _net_out(self, j, t, x, theta, outs, arrays, nets):
-        """Outputs (mapped ids) of network ``j``; ``outs`` holds the other groups."""
+    def _net_out(self, j, t, x, theta, outs, arrays, nets, key=None):
+        """Outputs (mapped ids) of network ``j``; ``outs`` holds the other groups.  With a
+        PRNG ``key`` the network runs in training mode (Dropout layers, batch statistics;
+        updated running statistics are discarded)."""
         import jax.numpy as jnp
 
         plan = self.plan.networks[j]
@@ -159,7 +173,11 @@ class JaxExecutor:
             else:
                 inputs.append(values[inp.start: inp.start + inp.size].reshape(inp.shape))
         params, buffers = nets[j]
-        result = self._forwards[j](params, tuple(inputs), buffers)
+        if key is not None:
+            result = self._train_forward(j)(params, tuple(inputs), jax.random.fold_in(key, j),
+                                            buffers)[0]
+        else:
+            result = self._forwards[j](params, tuple(inputs), buffers)
         picked = []
         for arg, index in plan.output_index:
             out = result[arg]
@@ -262,7 +280,7 @@ class JaxExecutor:
                     key = f"llh_{tr}_{di}"
                     d[key] = idx.astype(np.int64)
                     self.llh_groups.append((tr, di, key))
-        for i, (_, idx, _, _) in enumerate(plan.priors):
+        for i, (_, idx, *_) in enumerate(plan.priors):
             d[f"prior_{i}"] = idx
         if self.sensitivity == "forward-ad":
             d["free"] = plan.free_index
@@ -270,16 +288,26 @@ class JaxExecutor:
         return d
 
     # ------------------------------------------------------------------ the model
-    def evaluate(self, w, theta0, data):
+    def evaluate(self, w, theta0, data, train: bool = False, key=None):
         """Everything at parameter vector ``w``: a dict with ``value`` (negative
         log-posterior), ``llh``, ``logprior``, ``simulations`` (measurement order) and
-        ``ok`` (all solves succeeded).  Pure; jit it."""
+        ``ok`` (all solves succeeded).  Pure; jit it.
+
+        ``train`` (with a PRNG ``key``): networks evaluated outside the ODE (before it and
+        in observables) run in training mode with that key.  Networks inside the
+        right-hand side always run in eval mode: an adaptive solver needs a deterministic
+        right-hand side."""
         import jax
         import jax.numpy as jnp
 
         self.n_traces += 1
         plan = self.plan
         fns = self.fns
+        if train and key is None and any(_stochastic(n.network) for n in plan.networks
+                                         if not n.in_rhs):
+            raise SimulationError("training mode with dropout or batch-norm layers needs a "
+                                  "PRNG key")
+        net_key = key if train else None
         n_x, n_mech = len(plan.state_ids), plan.n_mech
         n_out = [n.n_outputs for n in plan.networks]
         nets = self._net_arrays(w)
@@ -304,7 +332,8 @@ class JaxExecutor:
                 theta = theta_base.at[tgt].set(vals[src], mode="drop")
             for j, net in enumerate(plan.networks):
                 if net.pre_initialization:
-                    outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, nets)
+                    outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, nets,
+                                            key=net_key)
             return theta, [outs[j] for j, net in enumerate(plan.networks)
                            if net.pre_initialization]
 
@@ -346,8 +375,8 @@ class JaxExecutor:
                      data[f"b{b}_th_tgt"], data[f"b{b}_th_src"], data[f"b{b}_st_tgt"],
                      data[f"b{b}_st_src"], data[f"b{b}_group"])
             ys, ths, ok = _map(experiment, batch, len(exps))
-            xs_all.append(ys.reshape(-1, n_x))
-            th_all.append(ths.reshape(-1, theta0.size))
+            xs_all.append(ys.reshape(len(exps) * P * ys.shape[2], n_x))
+            th_all.append(ths.reshape(len(exps) * P, theta0.size))
             ok_all.append(jnp.all(ok))
         if not xs_all:   # no measurements
             xs_all = [jnp.zeros((0, n_x), w.dtype)]
@@ -366,7 +395,7 @@ class JaxExecutor:
             def point(t, x, theta, outs, arrays):
                 outs = list(outs)
                 for j in obs_nets:
-                    outs[j] = self._net_out(j, t, x, theta, outs, arrays, nets)
+                    outs[j] = self._net_out(j, t, x, theta, outs, arrays, nets, key=net_key)
                 return outs
 
             outs = jax.vmap(point)(t_m, X, TH, outs, arrays_m)
@@ -387,8 +416,9 @@ class JaxExecutor:
             llh = llh + jnp.sum(log_likelihood(jnp, data["m_value"][idx], y[idx],
                                                sigma[idx], tr, di))
         logprior = jnp.asarray(plan.logprior_const, w.dtype)
-        for i, (prior, _, _, _) in enumerate(plan.priors):
-            logprior = logprior + jnp.sum(log_prior(jnp, w[data[f"prior_{i}"]], prior))
+        for i, (prior, _, _, _, scale) in enumerate(plan.priors):
+            logprior = logprior + jnp.sum(log_prior_at(jnp, w[data[f"prior_{i}"]], prior,
+                                                       scale))
         ok = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
         value = -(llh + logprior)
         value = jnp.where(ok, value, jnp.inf)
@@ -609,6 +639,17 @@ class JaxExecutor:
             return result
         out, grad = result
         return out, np.asarray(grad)[self.plan.free_index]
+
+
+def _stochastic(network) -> bool:
+    """Whether a network behaves differently in training mode (dropout, batch norm)."""
+    from petab_sciml.catalogue import LAYERS
+
+    for layer in network.layers.values():
+        spec = LAYERS.get(layer.type)
+        if spec is not None and (spec.stochastic or spec.type.startswith("BatchNorm")):
+            return True
+    return any("dropout" in str(n.target) for n in network.nodes)
 
 
 def _jvp_all(f, z, basis):

@@ -28,6 +28,18 @@ class TorchBackend:
 
         return TorchExecutor(plan, TorchOptions(**options))
 
+    def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
+        """The whole problem as a ``torch.nn.Module``
+        (:class:`~petab_sciml.backends.torch.problem.TorchProblem`)."""
+        require("torch", "torch")
+        from petab_sciml.backends.torch.problem import TorchProblem
+
+        return TorchProblem(problem, params, **options)
+
+    def parameters_of(self, model: Any) -> dict[str, Any]:
+        """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
+        return model.values()
+
     def expression_namespace(self) -> dict[str, Any]:
         """Array functions for compiled PEtab formulas
         (:func:`petab_sciml.expressions.compile_expressions`)."""

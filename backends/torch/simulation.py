@@ -1,19 +1,27 @@
-"""PyTorch simulation: the objective with autograd through ``torchdiffeq.odeint``.
+"""PyTorch simulation: the objective of a PEtab SciML problem with autograd.
 
-Why torchdiffeq: it is the established differentiable ODE solver for PyTorch, pure
-PyTorch (no compiled extension, CPU and GPU), with adaptive explicit Runge-Kutta methods
-(``dopri5`` default, ``dopri8``, ``bosh3``, ...), direct back-propagation through the
-solver steps (exact gradients of the discrete solution, like diffrax's
-``RecursiveCheckpointAdjoint``) and an adjoint mode (``odeint_adjoint``, O(1) memory in
-the number of steps) for large networks or long horizons.  It evaluates the right-hand
-side at the requested output times directly (``t`` = measurement times), so nothing is
-interpolated afterwards.  torchode and torchdyn were the alternatives: torchode batches
-independent problems well but its solver loop is slower for one small problem, torchdyn
-builds on the same algorithms with a larger API surface.
+Gradients (``sensitivity``):
 
-Networks are built once (``torch.fx.GraphModule`` from the IR, float64, eval mode) and
-called with ``torch.func.functional_call`` on views of the parameter vector; formulas
-are compiled once (straight-line torch code).  Experiments are looped in Python.
+* ``"forward"`` (default): forward sensitivities ``S = dx/d(x0, p)`` integrated with the
+  states in one solve of :mod:`petab_sciml.backends.torch.ode` (our adaptive
+  Runge-Kutta loop, eager or compiled whole by ``torch.compile``; error control covers
+  ``S`` too, as in CVODES/AMICI), inside a ``torch.autograd.Function`` whose backward
+  contracts the cotangents with ``S``.  The right-hand side Jacobian comes from symbolic
+  derivatives when no network sits in the right-hand side, else from ``torch.func.vjp``
+  (one reverse pass per state, vmapped).  ``p`` gathers everything the right-hand side
+  reads: the constants ``theta``, the pre-initialization network outputs and the arrays
+  of the networks inside the right-hand side.
+* ``"autograd"``: back-propagation through torchdiffeq's solver steps;
+* ``"adjoint"``: ``torchdiffeq.odeint_adjoint`` (continuous adjoint, O(1) memory in the
+  steps).
+
+``compile=True`` compiles each solve (``torch.compile``, inductor) on first use: seconds
+to tens of seconds once per problem, then solves cost milliseconds instead of a Python
+loop of tensor operations per step.  Networks are called with
+``torch.func.functional_call`` on views of the parameter vector ``w``, so the same code
+serves the numpy API (``run``) and the native module (gradients flow to ``w``).
+Networks inside the right-hand side run in eval mode during solves (an adaptive solver
+needs a deterministic right-hand side); the others in their module's mode.
 """
 
 from __future__ import annotations
@@ -22,65 +30,97 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from petab_sciml.simulation.compiled import compile_plan
-from petab_sciml.simulation.likelihood import log_likelihood, log_prior
+from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 SENSITIVITIES = ("forward", "autograd", "adjoint")
 SYMBOLIC_JACOBIAN_MAX = 20_000
 """Largest right-hand-side Jacobian (entries) compiled from symbolic derivatives."""
-BATCHED_JACOBIAN_MIN_STATES = 24
-"""Right-hand-side Jacobians take one backward pass per state up to this many states,
-a batched (vmapped) backward pass above."""
-METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
+FORWARD_METHODS = ("dopri5", "dopri8")
+TORCHDIFFEQ_METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
+FLOAT32_TOLERANCE = 1e-5
+"""Smallest ``rtol``/``atol`` used when the problem runs in float32 (tighter tolerances
+are below float32's resolution and make the step size collapse)."""
 
 
 @dataclass(frozen=True)
 class TorchOptions:
     method: str = "dopri8"
-    rtol: float = 1e-9
-    atol: float = 1e-9
+    rtol: float = 1e-8
+    atol: float = 1e-8
     sensitivity: str = "forward"
     """``forward``: forward sensitivities integrated with the states (error control on
-    both); ``autograd``: back-propagation through the solver steps; ``adjoint``:
-    ``torchdiffeq.odeint_adjoint`` (continuous adjoint, O(1) memory in the steps)."""
+    both); ``autograd``: back-propagation through torchdiffeq's steps; ``adjoint``:
+    ``torchdiffeq.odeint_adjoint``."""
     max_steps: int = 100_000
+    compile: bool = False
+    """Compile every solve with ``torch.compile`` (``forward`` sensitivities only)."""
 
 
 class TorchExecutor:
-    """Objective, gradient and simulations of one plan in PyTorch."""
+    """Objective, gradient and simulations of one plan in PyTorch.
+
+    ``modules`` (one ``torch.nn.Module`` per network of the plan, in plan order), when
+    given, decide each network's train/eval mode (the native module passes its own);
+    their parameters are never read: every call takes its arrays from ``w``.  The
+    networks called are built here from the IR: plain modules for ``functional_call``
+    inside compiled solves, and copies whose arrays are plain attributes pointed at views
+    of ``w`` for eager code (no per-call re-parametrisation).
+    """
 
     backend = "torch"
 
-    def __init__(self, plan: SimulationPlan, options: TorchOptions | None = None):
-        import torch
-
+    def __init__(self, plan: SimulationPlan, options: TorchOptions | None = None,
+                 modules: list[Any] | None = None):
         from petab_sciml.errors import require
 
         require("torchdiffeq", "torch")
         self.plan = plan
-        self.options = options or TorchOptions()
-        if self.options.sensitivity not in SENSITIVITIES:
-            raise SimulationError(f"unknown sensitivity {self.options.sensitivity!r}; use "
+        self.options = opts = options or TorchOptions()
+        if opts.sensitivity not in SENSITIVITIES:
+            raise SimulationError(f"unknown sensitivity {opts.sensitivity!r}; use "
                                   f"{', '.join(SENSITIVITIES)}")
-        if self.options.method not in METHODS:
-            raise SimulationError(f"unknown torch ODE method {self.options.method!r}; "
-                                  f"known: {', '.join(METHODS)}")
+        methods = FORWARD_METHODS if opts.sensitivity == "forward" else TORCHDIFFEQ_METHODS
+        if opts.method not in methods:
+            raise SimulationError(f"unknown torch ODE method {opts.method!r} for "
+                                  f"sensitivity {opts.sensitivity!r}; known: "
+                                  f"{', '.join(methods)}")
+        if opts.compile and opts.sensitivity != "forward":
+            raise SimulationError("compile=True needs sensitivity='forward'")
         self.fns = compile_plan(plan, "torch")
-        self._jacobian = self._symbolic_jacobian() or self._hybrid_jacobian()
-        self.dtype = torch.float64
-        self.modules = self._networks()
+        self.modules = self._build_networks()
+        self.bound = self._bound_networks()
+        self.mode_of = list(modules) if modules is not None else list(self.modules)
+        self.pre_ids = [j for j, n in enumerate(plan.networks) if n.pre_initialization]
+        self.rhs_nets = [j for j, n in enumerate(plan.networks) if n.in_rhs]
+        self.obs_nets = [j for j, n in enumerate(plan.networks) if n.in_observables]
+        self._jacobian = self._symbolic_jacobian()
+        self._p_layout()
         self._prepare()
+        self._solvers: dict[tuple, Any] = {}
+        self._tensor_cache: dict[tuple, dict[str, Any]] = {}
+        self.n_steps = 0
+        """Steps of the last evaluation's solves (forward sensitivities)."""
 
     # ------------------------------------------------------------------ setup
-    def _networks(self) -> list[Any]:
-        """One module per network whose arrays are plain tensor attributes, so that an
-        evaluation points them at views of the parameter vector once (no per-call
-        re-parametrization as with ``functional_call``)."""
+    def _build_networks(self) -> list[Any]:
         from petab_sciml.backends.torch import BACKEND
 
         modules = []
+        for net in self.plan.networks:
+            module = BACKEND.build(net.network, dtype="float64")
+            module.eval()
+            modules.append(module)
+        return modules
+
+    def _bound_networks(self) -> list[tuple[Any, list]]:
+        """Per network: a module whose arrays are plain tensor attributes, and its slots."""
+        from petab_sciml.backends.torch import BACKEND
+
+        out = []
         for net in self.plan.networks:
             module = BACKEND.build(net.network, dtype="float64")
             module.eval()
@@ -91,19 +131,25 @@ class TorchExecutor:
                 owner._buffers.pop(s.array, None)
                 setattr(owner, s.array, None)
                 slots.append((owner, s.array, s))
-            modules.append((module, slots))
-        return modules
+            out.append((module, slots))
+        return out
+
+    def _sync_modes(self) -> None:
+        for (module, _), plain, source in zip(self.bound, self.modules, self.mode_of):
+            if module.training != source.training:
+                module.train(source.training)
+                plain.train(source.training)
 
     def _symbolic_jacobian(self):
-        """Without networks in the right-hand side, ``f`` and its Jacobian with respect
-        to ``(x, theta, pre-initialization outputs)`` compiled from sympy derivatives:
-        the forward-sensitivity system then runs without autograd."""
+        """Without networks in the right-hand side, ``[f, J]`` with ``J`` the Jacobian with
+        respect to ``(x, theta, pre-initialization outputs)``, compiled from sympy
+        derivatives: the sensitivity system then needs no autograd."""
         import sympy
 
         from petab_sciml.expressions import compile_expressions
 
         plan = self.plan
-        if self.options.sensitivity != "forward" or any(n.in_rhs for n in plan.networks):
+        if self.options.sensitivity != "forward" or self.rhs_nets:
             return None
         pre = [n for n in plan.networks if n.pre_initialization]
         symbols = [sympy.Symbol(s) for s in (*plan.state_ids, *plan.theta_ids,
@@ -115,38 +161,61 @@ class TorchExecutor:
         return compile_expressions(exprs, plan.groups(), backend="torch", name="jacobian",
                                    broadcast=False)
 
-    def _bind(self, w) -> None:
-        """Point every network array at its slice of ``w``."""
-        for _, slots in self.modules:
-            for owner, name, s in slots:
-                object.__setattr__(owner, name, w[s.offset: s.offset + s.size].view(s.shape))
+    def _p_layout(self) -> None:
+        """Where ``theta``, the pre-initialization outputs and the right-hand-side network
+        arrays sit in the sensitivity parameter vector ``p``."""
+        plan = self.plan
+        n_theta = len(plan.theta_ids)
+        offset = n_theta
+        self.p_pre = []
+        for j in self.pre_ids:
+            self.p_pre.append((j, offset, offset + plan.networks[j].n_outputs))
+            offset += plan.networks[j].n_outputs
+        self.p_nets = []   # (net index, start in p, start in w, size)
+        for j in self.rhs_nets:
+            slots = plan.networks[j].arrays
+            if slots:
+                a, b = slots[0].offset, slots[-1].offset + slots[-1].size
+                self.p_nets.append((j, offset, a, b - a))
+                offset += b - a
+        self.n_p = offset
 
     def _prepare(self) -> None:
-        import torch
-
+        """Index and data arrays (numpy; turned into tensors per device and dtype)."""
         plan = self.plan
-        t = lambda a, dt=torch.float64: torch.as_tensor(np.asarray(a), dtype=dt)  # noqa: E731
-        self.theta0 = t(plan.theta0)
-        self.mech_theta = t(plan.mech_theta_index, torch.long)
-        self.free = t(plan.free_index, torch.long)
-        self.arrays = [{inp.arg: t(inp.data) for inp in net.inputs if inp.kind == "array"}
-                       for net in plan.networks]
-        self.group_changes = [(t([a for a, _ in c], torch.long), t([b for _, b in c],
-                                                                     torch.long))
-                              for c in plan.group_theta_changes]
-        self.periods = []
-        for exp in plan.experiments:
+        d: dict[str, Any] = {}
+        d["theta0"] = plan.theta0.astype(np.float64)
+        d["mech_theta"] = plan.mech_theta_index.astype(np.int64)
+        d["free"] = plan.free_index.astype(np.int64)
+        self.array_keys = []
+        for j, net in enumerate(plan.networks):
+            for inp in net.inputs:
+                if inp.kind == "array":
+                    d[f"arr_{j}_{inp.arg}"] = np.asarray(inp.data, np.float64)
+                    self.array_keys.append((j, inp.arg))
+        for g, changes in enumerate(plan.group_theta_changes):
+            d[f"g{g}_tgt"] = np.array([a for a, _ in changes], np.int64)
+            d[f"g{g}_src"] = np.array([b for _, b in changes], np.int64)
+        n_out = max((len(p.times) for e in plan.experiments for p in e.periods), default=0)
+        self.n_out_max = max(1, n_out)
+        self.periods: list[list[dict[str, Any]]] = []
+        for e, exp in enumerate(plan.experiments):
             per = []
-            for p in exp.periods:
-                grid = sorted({p.start, p.end, *p.times.tolist()})
-                where = [grid.index(x) for x in p.times.tolist()]
-                per.append((
-                    t(grid), torch.as_tensor(where, dtype=torch.long),
-                    t([a for a, _ in p.theta_changes], torch.long),
-                    t([b for _, b in p.theta_changes], torch.long),
-                    t([a for a, _ in p.state_changes], torch.long),
-                    t([b for _, b in p.state_changes], torch.long),
-                ))
+            for k, p in enumerate(exp.periods):
+                key = f"e{e}p{k}"
+                times = np.asarray(p.times, np.float64)
+                padded = np.full(self.n_out_max, p.end, np.float64)
+                padded[: times.size] = np.clip(times, p.start, p.end)
+                d[f"{key}_ts"] = padded
+                d[f"{key}_grid"] = np.array(sorted({p.start, p.end, *times.tolist()}))
+                d[f"{key}_where"] = np.array([sorted({p.start, p.end, *times.tolist()})
+                                              .index(x) for x in times.tolist()], np.int64)
+                d[f"{key}_th_t"] = np.array([a for a, _ in p.theta_changes], np.int64)
+                d[f"{key}_th_s"] = np.array([b for _, b in p.theta_changes], np.int64)
+                d[f"{key}_st_t"] = np.array([a for a, _ in p.state_changes], np.int64)
+                d[f"{key}_st_s"] = np.array([b for _, b in p.state_changes], np.int64)
+                per.append({"key": key, "start": float(p.start), "end": float(p.end),
+                            "n_times": int(times.size)})
             self.periods.append(per)
         m = plan.measurements
         offsets, th_offsets, x_off, th_off = {}, {}, 0, 0
@@ -156,43 +225,76 @@ class TorchExecutor:
                 th_offsets[(e, k)] = th_off
                 x_off += len(p.times)
                 th_off += 1
-        self.m_x = t([offsets[(int(e), int(k))] + int(j) for e, k, j in
-                      zip(m.experiment, m.period, m.time_index)], torch.long)
-        self.m_th = t([th_offsets[(int(e), int(k))] for e, k in zip(m.experiment, m.period)],
-                      torch.long)
-        self.m_group = t([plan.experiments[int(e)].group for e in m.experiment], torch.long)
-        self.m_time = t(m.time)
-        self.m_value = t(m.value)
-        self.m_opt, self.m_opv = t(m.obs_par_theta, torch.long), t(m.obs_par_value)
-        self.m_npt, self.m_npv = t(m.noise_par_theta, torch.long), t(m.noise_par_value)
+        d["m_x"] = np.array([offsets[(int(e), int(k))] + int(j) for e, k, j in
+                             zip(m.experiment, m.period, m.time_index)], np.int64)
+        d["m_th"] = np.array([th_offsets[(int(e), int(k))] for e, k in
+                              zip(m.experiment, m.period)], np.int64)
+        d["m_group"] = np.array([plan.experiments[int(e)].group for e in m.experiment],
+                                np.int64)
+        d["m_time"] = m.time.astype(np.float64)
+        d["m_value"] = m.value.astype(np.float64)
+        d["m_opt"], d["m_opv"] = m.obs_par_theta.astype(np.int64), m.obs_par_value
+        d["m_npt"], d["m_npv"] = m.noise_par_theta.astype(np.int64), m.noise_par_value
         self.obs_rows = []
         rows = []
         for i in range(len(plan.observable_ids)):
             idx = np.flatnonzero(m.observable == i)
             if idx.size:
-                self.obs_rows.append((i, t(idx, torch.long)))
+                d[f"obs_{i}"] = idx.astype(np.int64)
+                self.obs_rows.append((i, f"obs_{i}"))
                 rows.append(idx)
-        self.m_order = t(np.argsort(np.concatenate(rows)) if rows else np.zeros(0),
-                         torch.long)
+        d["m_order"] = (np.argsort(np.concatenate(rows)) if rows else
+                        np.zeros(0)).astype(np.int64)
         self.llh_groups = []
         for tr in range(3):
             for di in range(2):
                 idx = np.flatnonzero((m.transform == tr) & (m.distribution == di))
                 if idx.size:
-                    self.llh_groups.append((tr, di, t(idx, torch.long)))
-        self.prior_index = [t(idx, torch.long) for _, idx, _, _ in plan.priors]
+                    d[f"llh_{tr}_{di}"] = idx.astype(np.int64)
+                    self.llh_groups.append((tr, di, f"llh_{tr}_{di}"))
+        for i, (_, idx, *_) in enumerate(plan.priors):
+            d[f"prior_{i}"] = np.asarray(idx, np.int64)
+        self._numpy_data = d
+
+    def tensors(self, like: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The data arrays on ``like``'s device, floats in its dtype (cached)."""
+        key = (like.device, like.dtype)
+        found = self._tensor_cache.get(key)
+        if found is None:
+            found = {}
+            for name, value in self._numpy_data.items():
+                value = np.asarray(value)
+                dtype = like.dtype if value.dtype.kind == "f" else torch.int64
+                found[name] = torch.as_tensor(value, dtype=dtype, device=like.device)
+            self._tensor_cache[key] = found
+        return found
 
     # ------------------------------------------------------------------ networks
-    def _net_out(self, j, t, x, theta, outs, arrays, batched: bool = False):
+    def _net_params(self, j: int, flat: torch.Tensor, base: int) -> dict[str, torch.Tensor]:
+        """``{"layer.array": view}`` of network ``j``'s arrays in ``flat`` (which starts at
+        offset ``base`` of ``w``)."""
+        out = {}
+        for s in self.plan.networks[j].arrays:
+            start = s.offset - base
+            view = flat[start: start + s.size].view(s.shape)
+            if s.array == "num_batches_tracked":
+                view = view.round().to(torch.int64)
+            out[s.key] = view
+        return out
+
+    def _net_out(self, j, t, x, theta, outs, arrays, params, batched: bool = False,
+                 functional: bool = False):
         fn = self.fns.net_inputs[j]
         values = fn(t, x, theta, *outs) if fn is not None else None
-        return self._net_forward(j, values, arrays, batched)
+        return self._net_forward(j, values, arrays, params, batched, functional)
 
-    def _net_forward(self, j, values, arrays, batched: bool = False):
-        """Mapped outputs of network ``j`` from its element inputs ``values`` (all
-        ``elements`` arguments concatenated) and its array inputs."""
-        import torch
-        from torch.func import vmap
+    def _net_forward(self, j, values, arrays, params, batched: bool = False,
+                     functional: bool = False):
+        """Mapped outputs of network ``j`` from its element inputs ``values`` (every
+        ``elements`` argument concatenated) and its array inputs ``arrays[j]``, with its
+        arrays ``params`` (``{"layer.array": tensor}``).  ``functional`` calls
+        ``functional_call`` (traceable by ``torch.compile``), else the bound copy."""
+        from torch.func import functional_call, vmap
 
         plan = self.plan.networks[j]
         inputs = []
@@ -202,10 +304,16 @@ class TorchExecutor:
             else:
                 v = values[..., inp.start: inp.start + inp.size]
                 inputs.append(v.reshape(v.shape[:-1] + tuple(inp.shape)))
-        module = self.modules[j][0]
+        if functional:
+            module = self.modules[j]
+        else:
+            module = self.bound[j][0]
+            for owner, name, slot in self.bound[j][1]:
+                object.__setattr__(owner, name, params[slot.key])
 
         def call(*xs):
-            result = module(*xs)
+            result = (functional_call(module, params, xs, strict=False) if functional
+                      else module(*xs))
             result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
             picked = []
             for arg, index in plan.output_index:
@@ -217,67 +325,77 @@ class TorchExecutor:
             return torch.stack(picked) if picked else result[0].new_zeros((0,))
 
         if batched:
-            return vmap(call)(*inputs)
+            return vmap(call, randomness="different")(*inputs)
         return call(*inputs)
 
-    # ------------------------------------------------------------------ Jacobians
-    def _hybrid_jacobian(self):
-        """With networks in the right-hand side: symbolic derivatives of the formulas
-        (right-hand side, network inputs) compiled once, and only the networks
-        differentiated by autograd (one backward pass per network output), instead of
-        one backward pass per state through everything."""
-        import sympy
-
-        from petab_sciml.expressions import compile_expressions
-
+    # ------------------------------------------------------------------ right-hand sides
+    def _field_p(self, t, x, p, arrays, functional: bool = True):
+        """``dx/dt`` with everything read from the sensitivity parameters ``p``."""
         plan = self.plan
-        rhs_nets = [j for j, n in enumerate(plan.networks) if n.in_rhs]
-        if self.options.sensitivity != "forward" or not rhs_nets:
-            return None
-        pre = [n for n in plan.networks if n.pre_initialization]
-        base = [sympy.Symbol(s) for s in (*plan.state_ids, *plan.theta_ids,
-                                          *(o for n in pre for o in n.output_ids))]
-        sim_outputs = {o for n in plan.networks if not n.pre_initialization
-                       for o in n.output_ids}
-        for j in rhs_nets:
-            used = {s.name for e in plan.networks[j].input_exprs for s in e.free_symbols}
-            if used & sim_outputs:
-                return None   # networks feeding each other: plain autograd
-        o_rhs = [sympy.Symbol(o) for j in rhs_nets for o in plan.networks[j].output_ids]
-        n_x = len(plan.state_ids)
-        if n_x * (len(base) + len(o_rhs)) > SYMBOLIC_JACOBIAN_MAX:
-            return None
-        rhs = list(plan.rhs_exprs)
-        every = base + o_rhs
-        rhs_fn = compile_expressions(rhs + [sympy.diff(f, s) for f in rhs for s in every],
-                                     plan.groups(), backend="torch", name="rhs_jacobian",
-                                     broadcast=False)
-        inputs = {}
-        for j in rhs_nets:
-            exprs = list(plan.networks[j].input_exprs)
-            inputs[j] = compile_expressions(
-                exprs + [sympy.diff(e, s) for e in exprs for s in base], plan.groups(),
-                backend="torch", name=f"inputs_jacobian_{j}", broadcast=False)
-        return {"rhs": rhs_fn, "inputs": inputs, "nets": rhs_nets, "m": len(base),
-                "n_o": [plan.networks[j].n_outputs for j in rhs_nets]}
+        n_theta = len(plan.theta_ids)
+        theta = p[:n_theta]
+        outs = [p.new_zeros((n.n_outputs,)) for n in plan.networks]
+        for j, a, b in self.p_pre:
+            outs[j] = p[a:b]
+        for j, start, base, size in self.p_nets:
+            params = self._net_params(j, p[start: start + size], base)
+            outs[j] = self._net_out(j, t, x, theta, outs, arrays, params,
+                                    functional=functional)
+        return self.fns.rhs(t, x, theta, *outs)
 
-    def _hybrid_jac_p(self, t, y, th, outs, arrays, q, ranges, n_x, n):
-        """``[f, J]`` (flat) for the forward-sensitivity system; ``J`` over ``(x, p)``."""
-        import torch
+    def _plain_field(self, t, y, args):
+        p, arrays = args
+        return self._field_p(t, y, p, arrays, functional=self.options.compile)
 
-        hj = self._jacobian
-        m = hj["m"]
-        outs = list(outs)
-        pieces = {}
-        for j, (a, b, start) in zip(hj["nets"], ranges):
-            vals = hj["inputs"][j](t, y, th, *outs)
-            n_in = self.plan.networks[j].input_exprs.__len__()
+    def _aug_field(self, t, y, args):
+        """The forward-sensitivity system: ``[f, (J_x S + [0 | J_p]).ravel()]``."""
+        from torch.func import vjp, vmap
+
+        p, arrays = args
+        n_x = len(self.plan.state_ids)
+        n = n_x + p.shape[0]
+        x = y[:n_x]
+        sens = y[n_x:].view(n_x, n)
+        if self._jacobian is not None:
+            plan = self.plan
+            theta = p[: len(plan.theta_ids)]
+            outs = [p.new_zeros((net.n_outputs,)) for net in plan.networks]
+            for j, a, b in self.p_pre:
+                outs[j] = p[a:b]
+            values = self._jacobian(t, x, theta, *outs)
+            fx = values[:n_x]
+            jac = values[n_x:].view(n_x, n)
+            jx, jp = jac[:, :n_x], jac[:, n_x:]
+        elif not self.options.compile:
+            fx, jx, jp = self._eager_jacobian(t, x, p, arrays)
+        else:
+            fx, pull = vjp(lambda x_, p_: self._field_p(t, x_, p_, arrays), x, p)
+            jx, jp = vmap(pull)(torch.eye(n_x, dtype=y.dtype, device=y.device))
+        ds = jx @ sens + torch.cat([torch.zeros_like(jx), jp], 1)
+        return torch.cat([fx, ds.reshape(-1)])
+
+    def _eager_jacobian(self, t, x, p, arrays):
+        """``f``, ``df/dx``, ``df/dp`` for eager solves with networks in the right-hand
+        side: symbolic derivatives of the formulas (compiled once, :meth:`_hybrid`) and
+        autograd through the networks only, one backward pass per network output (much
+        cheaper in eager mode than ``torch.func`` transforms of the whole field)."""
+        hyb = self._hybrid()
+        plan = self.plan
+        n_x, n_theta = len(plan.state_ids), len(plan.theta_ids)
+        m = hyb["m"]
+        theta = p[:n_theta]
+        outs = [p.new_zeros((net.n_outputs,)) for net in plan.networks]
+        for j, a, b in self.p_pre:
+            outs[j] = p[a:b]
+        pieces = []
+        for j, start, base, size in self.p_nets:
+            vals = hyb["inputs"][j](t, x, theta, *outs)
+            n_in = len(plan.networks[j].input_exprs)
             inp = vals[:n_in].detach().requires_grad_(True)
             jac_in = vals[n_in:].view(n_in, m)
-            wj = q[start: start + (b - a)].detach().requires_grad_(True)
+            wj = p[start: start + size].detach().requires_grad_(True)
             with torch.enable_grad():
-                self._bind_net(j, wj, a)
-                out = self._net_forward(j, inp, arrays)
+                out = self._net_forward(j, inp, arrays, self._net_params(j, wj, base))
                 rows_in, rows_w = [], []
                 for k in range(out.shape[0]):
                     g_in, g_w = torch.autograd.grad(out[k], (inp, wj),
@@ -287,225 +405,239 @@ class TorchExecutor:
                     rows_w.append(g_w if g_w is not None else torch.zeros_like(wj))
             outs[j] = out.detach()
             n_o = out.shape[0]
-            pieces[j] = (torch.stack(rows_in) @ jac_in if n_in else
-                         torch.zeros(n_o, m, dtype=y.dtype),
-                         torch.stack(rows_w), start, b - a)
-        vals = hj["rhs"](t, y, th, *outs)
-        f = vals[:n_x]
-        n_o_total = sum(hj["n_o"])
-        r = vals[n_x:].view(n_x, m + n_o_total)
-        jac = torch.zeros(n_x, n, dtype=y.dtype)
+            d_in = (torch.stack(rows_in) @ jac_in if n_in else
+                    x.new_zeros((n_o, m)))
+            pieces.append((d_in, torch.stack(rows_w) if n_o else x.new_zeros((0, size)),
+                           start, size, n_o))
+        vals = hyb["rhs"](t, x, theta, *outs)
+        fx = vals[:n_x]
+        r = vals[n_x:].view(n_x, m + sum(pc[4] for pc in pieces))
+        jac = x.new_zeros((n_x, n_x + p.shape[0]))
         jac[:, :m] = r[:, :m]
         col = m
-        for j in hj["nets"]:
-            d_in, d_w, start, size = pieces[j]
-            n_o = d_in.shape[0]
+        for d_in, d_w, start, size, n_o in pieces:
             r_o = r[:, col: col + n_o]
             col += n_o
             jac[:, :m] += r_o @ d_in
             jac[:, n_x + start: n_x + start + size] = r_o @ d_w
-        return torch.cat([f, jac.reshape(-1)])
+        return fx, jac[:, :n_x], jac[:, n_x:]
 
-    # ------------------------------------------------------------------ objective
-    def evaluate(self, w) -> dict[str, Any]:
-        """Everything at parameter vector ``w`` (a float64 tensor): ``value`` (negative
-        log-posterior), ``llh``, ``logprior``, ``simulations``, ``ok``."""
-        import torch
+    def _hybrid(self) -> dict[str, Any]:
+        """Symbolic derivatives for :meth:`_eager_jacobian` (compiled on first use): the
+        right-hand side with respect to ``(x, theta, pre-initialization outputs)`` and to
+        the right-hand-side networks' outputs, and each such network's element inputs
+        with respect to ``(x, theta, pre-initialization outputs)``."""
+        found = getattr(self, "_hybrid_fns", None)
+        if found is not None:
+            return found
+        import sympy
+
+        from petab_sciml.expressions import compile_expressions
 
         plan = self.plan
+        sim_outputs = {o for n in plan.networks if not n.pre_initialization
+                       for o in n.output_ids}
+        for j in self.rhs_nets:
+            used = {s.name for e in plan.networks[j].input_exprs for s in e.free_symbols}
+            if used & sim_outputs:
+                raise SimulationError(f"network {plan.networks[j].id!r} reads the outputs "
+                                      "of another network inside the right-hand side: use "
+                                      "compile=True (torch.func derivatives)")
+        pre = [n for n in plan.networks if n.pre_initialization]
+        base = [sympy.Symbol(s) for s in (*plan.state_ids, *plan.theta_ids,
+                                          *(o for n in pre for o in n.output_ids))]
+        o_rhs = [sympy.Symbol(o) for j in self.rhs_nets for o in plan.networks[j].output_ids]
+        rhs = list(plan.rhs_exprs)
+        every = base + o_rhs
+        rhs_fn = compile_expressions(rhs + [sympy.diff(f, s) for f in rhs for s in every],
+                                     plan.groups(), backend="torch", name="rhs_jacobian",
+                                     broadcast=False)
+        inputs = {}
+        for j in self.rhs_nets:
+            exprs = list(plan.networks[j].input_exprs)
+            inputs[j] = compile_expressions(
+                exprs + [sympy.diff(e, s) for e in exprs for s in base], plan.groups(),
+                backend="torch", name=f"inputs_jacobian_{j}", broadcast=False)
+        self._hybrid_fns = {"rhs": rhs_fn, "inputs": inputs, "m": len(base)}
+        return self._hybrid_fns
+
+    def _solver(self, kind: str, dtype: torch.dtype):
+        from petab_sciml.backends.torch.ode import SolveOptions, solver
+
+        key = (kind, dtype)
+        found = self._solvers.get(key)
+        if found is None:
+            o = self.options
+            rtol, atol = o.rtol, o.atol
+            if dtype == torch.float32:
+                rtol, atol = max(rtol, FLOAT32_TOLERANCE), max(atol, FLOAT32_TOLERANCE)
+            field = self._aug_field if kind == "aug" else self._plain_field
+            found = solver(field, SolveOptions(o.method, rtol, atol, o.max_steps),
+                           compile=o.compile)
+            self._solvers[key] = found
+        return found
+
+    # ------------------------------------------------------------------ objective
+    def evaluate(self, w: torch.Tensor) -> dict[str, Any]:
+        """Everything at parameter vector ``w`` (a tensor; gradients flow to it): ``value``
+        (negative log-posterior, ``inf`` if a solve failed), ``llh``, ``logprior``,
+        ``simulations`` (measurement order) and ``ok``."""
+        plan = self.plan
         fns = self.fns
+        d = self.tensors(w)
         n_x = len(plan.state_ids)
         n_out = [n.n_outputs for n in plan.networks]
-        self._bind(w)
-        theta_base = self.theta0.index_put((self.mech_theta,), w[: plan.n_mech])
+        self._sync_modes()
+        theta_base = d["theta0"].index_put((d["mech_theta"],), w[: plan.n_mech])
         zeros_x = w.new_zeros((n_x,))
+        params = [self._net_params(j, w, 0) for j in range(len(plan.networks))]
 
         def empty_outs(lead=()):
             return [w.new_zeros(lead + (k,)) for k in n_out]
 
-        pre_ids = [j for j, n in enumerate(plan.networks) if n.pre_initialization]
-        rhs_nets = [j for j, n in enumerate(plan.networks) if n.in_rhs]
-        obs_nets = [j for j, n in enumerate(plan.networks) if n.in_observables]
+        arrays_all = [{arg: d[f"arr_{j}_{arg}"] for jj, arg in self.array_keys if jj == j}
+                      for j in range(len(plan.networks))]
         group_theta, group_outs = [], []
         for g in range(len(plan.groups_conditions)):
-            t0 = float(plan.group_t0[g])
+            t0 = w.new_tensor(float(plan.group_t0[g]))
             outs = empty_outs()
-            tgt, src = self.group_changes[g]
+            tgt, src = d[f"g{g}_tgt"], d[f"g{g}_src"]
             theta = theta_base
             if tgt.numel():
                 vals = fns.changes(t0, zeros_x, theta_base, *outs)
                 theta = theta_base.index_put((tgt,), vals[src])
-            arrays = [{k: v[g] for k, v in a.items()} for a in self.arrays]
-            for j in pre_ids:
-                outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays)
+            arrays = [{k: v[g] for k, v in a.items()} for a in arrays_all]
+            for j in self.pre_ids:
+                outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, params[j])
             group_theta.append(theta)
             group_outs.append(outs)
 
         xs, thetas = [], []
-        ok = True
-        for e, exp in enumerate(plan.experiments):
-            theta = group_theta[exp.group]
-            outs = list(group_outs[exp.group])
-            arrays = [{k: v[exp.group] for k, v in a.items()} for a in self.arrays]
-            t0 = exp.t0
-            x = fns.x0(t0, theta, *outs)
-            for k, (grid, where, th_t, th_s, st_t, st_s) in enumerate(self.periods[e]):
-                start = float(grid[0])
-                if k == 0:
-                    if st_t.numel():
+        ok = torch.ones((), dtype=torch.bool, device=w.device)
+        self.n_steps = 0
+        with _rhs_networks_in_eval_mode(self):
+            for e, exp in enumerate(plan.experiments):
+                theta = group_theta[exp.group]
+                outs = list(group_outs[exp.group])
+                arrays = [{k: v[exp.group] for k, v in a.items()} for a in arrays_all]
+                x = None
+                for k, period in enumerate(self.periods[e]):
+                    key = period["key"]
+                    start = w.new_tensor(period["start"])
+                    th_t, th_s = d[f"{key}_th_t"], d[f"{key}_th_s"]
+                    st_t, st_s = d[f"{key}_st_t"], d[f"{key}_st_s"]
+                    if k == 0:
+                        x = fns.x0(start, theta, *outs)
+                        if st_t.numel():
+                            vals = fns.changes(start, x, theta, *outs)
+                            x = x.index_put((st_t,), vals[st_s])
+                    elif th_t.numel() or st_t.numel():
                         vals = fns.changes(start, x, theta, *outs)
-                        x = x.index_put((st_t,), vals[st_s])
-                elif th_t.numel() or st_t.numel():
-                    vals = fns.changes(start, x, theta, *outs)
-                    if th_t.numel():
-                        theta = theta.index_put((th_t,), vals[th_s])
-                    if st_t.numel():
-                        x = x.index_put((st_t,), vals[st_s])
-
-                if grid.numel() > 1:
-                    y, x, good = self._solve(x, theta, outs, arrays, grid, where, w,
-                                             rhs_nets, pre_ids)
-                    ok = ok and good
+                        if th_t.numel():
+                            theta = theta.index_put((th_t,), vals[th_s])
+                        if st_t.numel():
+                            x = x.index_put((st_t,), vals[st_s])
+                    y, x, good = self._solve(x, theta, outs, arrays, period, d, w, params)
+                    ok = ok & good
                     xs.append(y)
-                else:
-                    xs.append(x.unsqueeze(0).expand(where.numel(), n_x))
-                thetas.append(theta)
+                    thetas.append(theta)
         if not thetas:   # no measurements
-            xs, thetas = [w.new_zeros((0, n_x))], [self.theta0[:0]]
-            X, TH = xs[0], w.new_zeros((0, self.theta0.shape[0]))
+            X = w.new_zeros((0, n_x))
+            TH = w.new_zeros((0, d["theta0"].shape[0]))
         else:
-            X = torch.cat(xs)[self.m_x]
-            TH = torch.stack(thetas)[self.m_th]
-        t_m = self.m_time
+            X = torch.cat(xs)[d["m_x"]]
+            TH = torch.stack(thetas)[d["m_th"]]
+        t_m = d["m_time"]
         outs_m = empty_outs((t_m.shape[0],))
-        for j in pre_ids:
-            outs_m[j] = torch.stack([group_outs[g][j] for g in range(len(group_outs))])[
-                self.m_group]
-        if obs_nets:
-            arrays_m = [{k: v[self.m_group] for k, v in a.items()} for a in self.arrays]
-            for j in obs_nets:
-                outs_m[j] = self._net_out(j, t_m, X, TH, outs_m, arrays_m, batched=True)
-        op = _overrides(TH, self.m_opt, self.m_opv)
-        npar = _overrides(TH, self.m_npt, self.m_npv)
+        for j in self.pre_ids:
+            outs_m[j] = torch.stack([go[j] for go in group_outs])[d["m_group"]]
+        if self.obs_nets:
+            arrays_m = [{k: v[d["m_group"]] for k, v in a.items()} for a in arrays_all]
+            for j in self.obs_nets:
+                outs_m[j] = self._net_out(j, t_m, X, TH, outs_m, arrays_m, params[j],
+                                          batched=True)
+        op = _overrides(TH, d["m_opt"], d["m_opv"])
+        npar = _overrides(TH, d["m_npt"], d["m_npv"])
         ys, sigmas = [], []
-        for i, idx in self.obs_rows:
+        for i, key in self.obs_rows:
+            idx = d[key]
             args = (t_m[idx], X[idx], TH[idx], *(o[idx] for o in outs_m))
             ys.append(fns.observables[i](*args, op[idx])[:, 0])
             sigmas.append(fns.noise[i](*args, npar[idx])[:, 0])
-        y = torch.cat(ys)[self.m_order] if ys else w.new_zeros((0,))
-        sigma = torch.cat(sigmas)[self.m_order] if sigmas else w.new_zeros((0,))
+        y = torch.cat(ys)[d["m_order"]] if ys else w.new_zeros((0,))
+        sigma = torch.cat(sigmas)[d["m_order"]] if sigmas else w.new_zeros((0,))
         llh = w.new_zeros(())
-        for tr, di, idx in self.llh_groups:
-            llh = llh + torch.sum(log_likelihood(torch, self.m_value[idx], y[idx], sigma[idx],
+        for tr, di, key in self.llh_groups:
+            idx = d[key]
+            llh = llh + torch.sum(log_likelihood(torch, d["m_value"][idx], y[idx], sigma[idx],
                                                  tr, di))
         logprior = w.new_tensor(plan.logprior_const)
-        for (prior, _, _, _), idx in zip(plan.priors, self.prior_index):
-            logprior = logprior + torch.sum(log_prior(torch, w[idx], prior))
-        value = -(llh + logprior)
-        if not ok:
-            value = value * float("nan") + float("inf")
+        for i, (prior, _, _, _, scale) in enumerate(plan.priors):
+            logprior = logprior + torch.sum(log_prior_at(torch, w[d[f"prior_{i}"]], prior,
+                                                         scale))
+        value = torch.where(ok, -(llh + logprior), w.new_tensor(float("inf")))
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
                 "ok": ok}
 
     # ------------------------------------------------------------------ ODE solves
-    def _field(self, rhs_nets, theta, outs, arrays):
-        fns = self.fns
+    def _solve(self, x0, theta, outs, arrays, period, d, w, params):
+        """One period: ``(x at its measurement times, x at its end, ok)``."""
+        if self.options.sensitivity != "forward":
+            return self._solve_torchdiffeq(x0, theta, outs, arrays, period, d, w, params)
+        key = period["key"]
+        t0, t1 = w.new_tensor(period["start"]), w.new_tensor(period["end"])
+        ts = d[f"{key}_ts"]
+        pieces = [theta] + [outs[j] for j in self.pre_ids]
+        pieces += [w[base: base + size] for _, _, base, size in self.p_nets]
+        p = torch.cat(pieces) if pieces else w.new_zeros((0,))
+        rhs_arrays = [arrays[j] if j in self.rhs_nets else {} for j in range(len(arrays))]
+        n = period["n_times"]
+        if torch.is_grad_enabled() and (p.requires_grad or x0.requires_grad):
+            xs, x1, ok = _ForwardSensitivity.apply(x0, p, self, rhs_arrays, t0, t1, ts)
+        else:
+            ys, y1, ok, steps = self._solver("plain", x0.dtype)(x0, t0, t1, ts,
+                                                               (p, rhs_arrays))
+            self.n_steps += int(steps)
+            xs, x1 = ys, y1
+        return xs[:n], x1, ok
 
-        def func(t, y):
-            o = list(outs)
-            for j in rhs_nets:
-                o[j] = self._net_out(j, t, y, theta, o, arrays)
-            return fns.rhs(t, y, theta, *o)
-
-        return func
-
-    def _solve(self, x0, theta, outs, arrays, grid, where, w, rhs_nets, pre_ids):
-        """One period: ``(x at grid[where], x at grid[-1], ok)``."""
-        import torch
+    def _solve_torchdiffeq(self, x0, theta, outs, arrays, period, d, w, params):
         import torchdiffeq
 
         opts = self.options
+        key = period["key"]
+        grid, where = d[f"{key}_grid"], d[f"{key}_where"]
         n_x = x0.shape[0]
-        odeint_options = {"max_num_steps": opts.max_steps, "step_t": grid}
-        if opts.sensitivity != "forward" or not torch.is_grad_enabled():
-            kwargs: dict[str, Any] = {}
-            odeint = torchdiffeq.odeint
-            if opts.sensitivity == "adjoint" and torch.is_grad_enabled():
-                odeint = torchdiffeq.odeint_adjoint
-                # theta, network arrays and pre-initialization outputs are functions of w:
-                # the gradient with respect to w covers every path
-                kwargs["adjoint_params"] = (w,) if w.requires_grad else ()
-            try:
-                sol = odeint(self._field(rhs_nets, theta, outs, arrays), x0, grid,
-                             rtol=opts.rtol, atol=opts.atol, method=opts.method,
-                             options=odeint_options, **kwargs)
-            except AssertionError:  # torchdiffeq: too many steps, step size underflow
-                nan = x0.new_full((n_x,), float("nan"))
-                return nan.expand(where.numel(), n_x), nan, False
-            return sol[where], sol[-1], True
-        # forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays)
-        n_theta = theta.shape[0]
-        pieces = [theta] + [outs[j] for j in pre_ids]
-        ranges = []
-        for j in rhs_nets:
-            slots = self.plan.networks[j].arrays
-            if slots:
-                a, b = slots[0].offset, slots[-1].offset + slots[-1].size
-                ranges.append((j, a, b, sum(t.numel() for t in pieces)))
-                pieces.append(w[a:b])
-        p = torch.cat(pieces)
-        pre_offsets = np.cumsum([n_theta] + [outs[j].numel() for j in pre_ids])
+        if grid.numel() < 2:
+            return x0.unsqueeze(0).expand(where.numel(), n_x), x0, torch.ones((), dtype=bool)
 
-        def field_p(t, y, q):
-            th = q[:n_theta]
+        def func(t, y):
             o = list(outs)
-            for i, j in enumerate(pre_ids):
-                o[j] = q[pre_offsets[i]: pre_offsets[i + 1]]
-            for j, a, b, start in ranges:
-                self._bind_net(j, q[start: start + (b - a)], a)
-            return self._field(rhs_nets, th, o, arrays)(t, y)
+            for j in self.rhs_nets:
+                o[j] = self._net_out(j, t, y, theta, o, arrays, params[j])
+            return self.fns.rhs(t, y, theta, *o)
 
+        kwargs: dict[str, Any] = {}
+        odeint = torchdiffeq.odeint
+        if opts.sensitivity == "adjoint" and torch.is_grad_enabled():
+            odeint = torchdiffeq.odeint_adjoint
+            # theta, network arrays and pre-initialization outputs are functions of w:
+            # the gradient with respect to w covers every path
+            kwargs["adjoint_params"] = (w,) if w.requires_grad else ()
         try:
-            jac_p = None
-            n = n_x + p.shape[0]
-            if isinstance(self._jacobian, dict):
-                net_ranges = [(a, b, start) for _, a, b, start in ranges]
-
-                def jac_p(t, y, q):
-                    th = q[:n_theta]
-                    o = list(outs)
-                    for i, j in enumerate(pre_ids):
-                        o[j] = q[pre_offsets[i]: pre_offsets[i + 1]]
-                    return self._hybrid_jac_p(t, y, th, o, arrays, q, net_ranges, n_x, n)
-            elif self._jacobian is not None:
-                def jac_p(t, y, q):
-                    th = q[:n_theta]
-                    o = list(outs)
-                    for i, j in enumerate(pre_ids):
-                        o[j] = q[pre_offsets[i]: pre_offsets[i + 1]]
-                    return self._jacobian(t, y, th, *o)
-
-            ys, y1 = _ForwardSensitivity.apply(x0, p, field_p, jac_p, grid, where, opts,
-                                               odeint_options)
-            good = True
-        except AssertionError:
-            nan = x0.new_full((n_x,), float("nan"))
-            ys, y1, good = nan.expand(where.numel(), n_x), nan, False
-        self._bind(w)
-        return ys, y1, good
-
-    def _bind_net(self, j, flat, base) -> None:
-        for owner, name, s in self.modules[j][1]:
-            start = s.offset - base
-            object.__setattr__(owner, name, flat[start: start + s.size].view(s.shape))
+            sol = odeint(func, x0, grid, rtol=opts.rtol, atol=opts.atol, method=opts.method,
+                         options={"max_num_steps": opts.max_steps, "step_t": grid}, **kwargs)
+        except AssertionError:  # torchdiffeq: too many steps, step size underflow
+            nan = x0 * float("nan")
+            return nan.expand(where.numel(), n_x), nan, torch.zeros((), dtype=bool)
+        good = torch.all(torch.isfinite(sol))
+        return sol[where], sol[-1], good
 
     # ------------------------------------------------------------------ entry points
     def run(self, kind: str, w: np.ndarray) -> tuple[dict, Any] | dict:
         """``value``: outputs dict; ``value_and_grad``: (outputs dict, gradient wrt the
         free parameters).  Runs single-threaded: the tensors are tiny, and intra-op
         threads only wait for each other (badly so on a busy machine)."""
-        import torch
-
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -514,111 +646,72 @@ class TorchExecutor:
             torch.set_num_threads(threads)
 
     def _run(self, kind: str, w: np.ndarray) -> tuple[dict, Any] | dict:
-        import torch
-
         w = torch.as_tensor(np.asarray(w, np.float64))
         if kind == "value":
             with torch.no_grad():
                 return self.evaluate(w)
-        z = w[self.free].clone().requires_grad_(True)
-        full = w.index_put((self.free,), z)
+        free = self.tensors(w)["free"]
+        z = w[free].clone().requires_grad_(True)
+        full = w.index_put((free,), z)
         out = self.evaluate(full)
-        if z.numel():
+        if z.numel() and out["value"].requires_grad and bool(out["ok"]):
             (grad,) = torch.autograd.grad(out["value"], z, allow_unused=True)
             if grad is None:
                 grad = torch.zeros_like(z)
         else:
-            grad = torch.zeros((0,), dtype=torch.float64)
+            grad = torch.zeros_like(z)
         return out, grad
 
 
-def _overrides(theta, index, values):
-    import torch
+class _rhs_networks_in_eval_mode:
+    """Networks inside the right-hand side run in eval mode during solves."""
 
+    def __init__(self, executor: TorchExecutor):
+        self.modules = [m for j in executor.rhs_nets
+                        for m in (executor.modules[j], executor.bound[j][0]) if m.training]
+
+    def __enter__(self):
+        for m in self.modules:
+            m.train(False)
+
+    def __exit__(self, *exc):
+        for m in self.modules:
+            m.train(True)
+
+
+def _overrides(theta, index, values):
     if index.shape[1] == 0:
         return theta.new_zeros((theta.shape[0], 0))
     picked = torch.gather(theta, 1, index.clamp(min=0))
     return torch.where(index >= 0, picked, values)
 
 
-class _ForwardSensitivity:
-    """``torch.autograd.Function`` (created lazily so that importing this module does
-    not import torch): integrates ``x`` and ``S = dx/d(x0, p)`` together and contracts
-    cotangents with ``S`` in the backward pass."""
+class _ForwardSensitivity(torch.autograd.Function):
+    """Integrates ``x`` and ``S = dx/d(x0, p)`` together; the backward pass contracts the
+    cotangents with ``S``.  A failed solve gives NaN states and a zero ``S``."""
 
-    _fn = None
+    @staticmethod
+    def forward(ctx, x0, p, executor, arrays, t0, t1, ts):
+        n_x, n_p = x0.shape[0], p.shape[0]
+        n = n_x + n_p
+        s0 = torch.eye(n_x, n, dtype=x0.dtype, device=x0.device)
+        y0 = torch.cat([x0.detach(), s0.reshape(-1)])
+        solve = executor._solver("aug", x0.dtype)
+        ys, y1, ok, steps = solve(y0, t0, t1, ts, (p.detach(), arrays))
+        executor.n_steps += int(steps)
+        xs, x1 = ys[:, :n_x], y1[:n_x]
+        s_ts = ys[:, n_x:].reshape(-1, n_x, n)
+        s1 = y1[n_x:].reshape(n_x, n)
+        if not bool(ok):
+            s_ts, s1 = torch.zeros_like(s_ts), torch.zeros_like(s1)
+        ctx.save_for_backward(s_ts, s1)
+        ctx.n_x = n_x
+        ctx.mark_non_differentiable(ok)
+        return xs, x1, ok
 
-    @classmethod
-    def apply(cls, *args):
-        if cls._fn is None:
-            cls._fn = _make_forward_sensitivity()
-        return cls._fn.apply(*args)
-
-
-def _make_forward_sensitivity():
-    import torch
-    import torchdiffeq
-
-    class ForwardSensitivity(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x0, p, field_p, jac_p, grid, where, opts, odeint_options):
-            n_x, n_p = x0.shape[0], p.shape[0]
-            n = n_x + n_p
-            x0d, pd = x0.detach(), p.detach()
-            eye = torch.eye(n_x, dtype=x0.dtype)
-
-            def aug(t, state):
-                x = state[:n_x]
-                sens = state[n_x:].view(n_x, n)
-                if jac_p is not None:   # compiled symbolic Jacobian, no autograd
-                    values = jac_p(t, x, pd)
-                    fx = values[:n_x]
-                    jac = values[n_x:].view(n_x, n)
-                    ds = jac[:, :n_x] @ sens
-                    ds[:, n_x:] += jac[:, n_x:]
-                    return torch.cat([fx, ds.reshape(-1)])
-                with torch.enable_grad():
-                    xr = x.detach().requires_grad_(True)
-                    pr = pd.detach().requires_grad_(True)
-                    fx = field_p(t, xr, pr)
-                    if not fx.requires_grad:   # the right-hand side is constant
-                        jx, jp = None, None
-                    elif n_x <= BATCHED_JACOBIAN_MIN_STATES:
-                        # one backward pass per state: cheaper than a vmapped backward
-                        # for small models
-                        rows = [torch.autograd.grad(fx[i], (xr, pr), retain_graph=True,
-                                                    allow_unused=True) for i in range(n_x)]
-                        jx = torch.stack([r[0] if r[0] is not None else torch.zeros_like(x)
-                                          for r in rows])
-                        jp = torch.stack([r[1] if r[1] is not None else torch.zeros_like(pd)
-                                          for r in rows])
-                    else:
-                        jx, jp = torch.autograd.grad(fx, (xr, pr), eye, is_grads_batched=True,
-                                                     allow_unused=True)
-                jx = torch.zeros(n_x, n_x, dtype=x.dtype) if jx is None else jx
-                jp = torch.zeros(n_x, n_p, dtype=x.dtype) if jp is None else jp
-                ds = jx @ sens
-                ds[:, n_x:] += jp
-                return torch.cat([fx.detach(), ds.reshape(-1)])
-
-            s0 = torch.zeros(n_x, n, dtype=x0.dtype)
-            s0[:, :n_x] = eye
-            sol = torchdiffeq.odeint(aug, torch.cat([x0d, s0.reshape(-1)]), grid,
-                                     rtol=opts.rtol, atol=opts.atol, method=opts.method,
-                                     options=odeint_options)
-            ys = sol[where, :n_x]
-            s_ts = sol[where, n_x:].reshape(-1, n_x, n)
-            y1 = sol[-1, :n_x]
-            s1 = sol[-1, n_x:].reshape(n_x, n)
-            ctx.save_for_backward(s_ts, s1)
-            ctx.n_x = n_x
-            return ys, y1
-
-        @staticmethod
-        def backward(ctx, ct_ys, ct_end):
-            s_ts, s1 = ctx.saved_tensors
-            g = torch.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
-            n_x = ctx.n_x
-            return g[:n_x], g[n_x:], None, None, None, None, None, None
-
-    return ForwardSensitivity
+    @staticmethod
+    def backward(ctx, ct_xs, ct_x1, _):
+        s_ts, s1 = ctx.saved_tensors
+        g = torch.einsum("ti,tij->j", ct_xs, s_ts) + ct_x1 @ s1
+        n_x = ctx.n_x
+        return g[:n_x], g[n_x:], None, None, None, None, None

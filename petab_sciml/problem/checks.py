@@ -3,6 +3,7 @@ observables, network inputs/outputs and array inputs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from petab_sciml.problem.context import ProblemContext
@@ -67,6 +68,7 @@ def run_checks(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     check_inputs_assigned(ctx, params, sym, hyb, cond_targets)
     check_outputs_used(ctx, sym, hyb)
     check_observables(ctx, sym)
+    check_expressions(ctx)
     check_measurements(ctx)
     check_network_ids(ctx, sym, hyb, cond_targets)
     check_network_shapes(ctx)
@@ -86,7 +88,7 @@ def check_experiments(ctx: ProblemContext, sym: Symbols) -> tuple[set[str], set[
     for table, row in ctx.rows("experiment"):
         eid, cid = row["experimentId"], row["conditionId"]
         time = parse_float(row["time"])
-        if time is None:
+        if time is None or math.isnan(time):
             ctx.issues.add("EXPERIMENT_TIME_INVALID", f"time must be a number (or -inf), got "
                            f"{row['time']!r}", file=table.file, row=row.line, column="time")
             continue
@@ -386,6 +388,45 @@ def check_observables(ctx: ProblemContext, sym: Symbols) -> None:
                                f"{', '.join(unknown)}", file=f, row=line, column=column)
 
 
+# ---------------------------------------------------------------------- expressions
+EXPRESSION_COLUMNS = {
+    "observable": ("observableFormula", "noiseFormula"),
+    "hybridization": ("targetValue",),
+    "condition": ("targetValue",),
+}
+"""The math columns of each table (checked with the grammar and budgets that loading
+uses, :mod:`petab_sciml.math_syntax`)."""
+
+
+def check_expressions(ctx: ProblemContext) -> None:
+    """Every formula parses (the loader's grammar and budgets, without sympy); an
+    ``observableFormula`` is never empty.  Formulas too large for exact constant folding
+    are remembered in ``ctx.huge_formulas`` (libpetab's second opinion skips them)."""
+    from petab_sciml.math_syntax import MathSyntaxError, parse_syntax
+
+    for kind, columns in EXPRESSION_COLUMNS.items():
+        for table, row in ctx.rows(kind):
+            for column in columns:
+                text = row[column]
+                if not text:
+                    if column == "observableFormula":
+                        ctx.issues.add("EXPRESSION_INVALID", "observableFormula is empty; "
+                                       "expected a formula", file=table.file, row=row.line,
+                                       column=column)
+                    continue
+                if kind != "observable" and text.lower() == ARRAY:
+                    continue
+                try:
+                    syntax = parse_syntax(text)
+                except MathSyntaxError as exc:
+                    ctx.issues.add(exc.code or "EXPRESSION_INVALID", exc.message,
+                                   file=table.file, row=row.line, column=column)
+                    ctx.huge_formulas.add(table.file)
+                    continue
+                if syntax.huge_constants:
+                    ctx.huge_formulas.add(table.file)
+
+
 # ---------------------------------------------------------------------- measurements
 def check_measurements(ctx: ProblemContext) -> None:
     observables = {row["observableId"] for _, row in ctx.rows("observable")}
@@ -401,10 +442,16 @@ def check_measurements(ctx: ProblemContext) -> None:
         if eid and (not have_experiments or eid not in experiments):
             ctx.issues.add("MEASUREMENT_EXPERIMENT_UNKNOWN", f"experiment {eid!r} is not in the "
                            "experiment table", file=f, row=line, column="experimentId")
-        for column in ("measurement", "time"):
-            if parse_float(row[column]) is None:
-                ctx.issues.add("MEASUREMENT_VALUE_INVALID", f"{column} must be a number, got "
-                               f"{row[column]!r}", file=f, row=line, column=column)
+        value = parse_float(row["measurement"])
+        if value is None or not math.isfinite(value):
+            ctx.issues.add("MEASUREMENT_VALUE_INVALID", f"measurement must be a finite number, "
+                           f"got {row['measurement']!r}", file=f, row=line,
+                           column="measurement")
+        time = parse_float(row["time"])
+        if time is None or math.isnan(time) or time == -math.inf:
+            ctx.issues.add("MEASUREMENT_VALUE_INVALID", f"time must be a number (inf for "
+                           f"steady state), not NaN or -inf; got {row['time']!r}", file=f,
+                           row=line, column="time")
 
 
 # ---------------------------------------------------------------------- network ids

@@ -14,9 +14,8 @@ from typing import Any
 import yaml
 
 from petab_sciml.problem.issues import IssueList
+from petab_sciml.problem.legacy import LegacyConstruct, current_view, yaml_constructs
 from petab_sciml.problem.tables import ID_RE
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 EXTENSION_KEYS = ("sciml", "petab_sciml")
 SPEC_FORMATS = ("yaml", "onnx", "nnef", "torchscript", "pytorch", "equinox", "lux.jl")
@@ -65,6 +64,9 @@ class ProblemConfig:
     networks: dict[str, NetworkEntry] = field(default_factory=dict)
     hybridization_files: list[str] = field(default_factory=list)
     array_files: list[str] = field(default_factory=list)
+    legacy: list[LegacyConstruct] = field(default_factory=list)
+    """Constructs of an older draft found in the YAML (their files are read from where
+    that draft has them; see :mod:`petab_sciml.problem.legacy`)."""
 
     def resolve(self, name: str) -> Path:
         p = Path(name)
@@ -73,17 +75,20 @@ class ProblemConfig:
 
 def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
     """Parse the problem YAML; report problems in ``issues``.  None if unusable."""
+    from petab_sciml.errors import InputFileError, LimitError
+    from petab_sciml.safe_read import load_yaml, read_text
+
     file = path.name
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        issues.add("YAML_UNREADABLE", "problem file not found", file=str(path))
+        text = read_text(path, what="a problem YAML file", limit="max_yaml_bytes")
+        raw = load_yaml(text, file=file)
+    except LimitError as exc:
+        issues.add(exc.code, exc.message, file=file, path=exc.entry)
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        issues.add("YAML_UNREADABLE", f"cannot read problem file: {exc}", file=str(path))
+    except InputFileError as exc:
+        code = exc.code if exc.code == "FILE_NOT_REGULAR" else "YAML_UNREADABLE"
+        issues.add(code, f"problem {exc.message}", file=str(path))
         return None
-    try:
-        raw = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -95,8 +100,10 @@ def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
                    f"{type(raw).__name__}", file=file)
         return None
     cfg = ProblemConfig(path=path, base=path.parent, raw=raw)
-    _read_core(cfg, raw, issues, file)
-    _read_extension(cfg, raw, issues, file)
+    cfg.legacy = yaml_constructs(raw, file)
+    view = current_view(raw) if cfg.legacy else raw
+    _read_core(cfg, view, issues, file)
+    _read_extension(cfg, view, issues, file)
     return cfg
 
 

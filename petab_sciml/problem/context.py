@@ -17,6 +17,7 @@ from petab_sciml.errors import ArrayFileError, MissingExtraError, PetabSciMLErro
 from petab_sciml.problem.config import SPEC_FORMATS, ProblemConfig, read_config
 from petab_sciml.problem.entities import EntityError, EntityRef, check_entity, parse_entity
 from petab_sciml.problem.issues import IssueList, Severity
+from petab_sciml.problem.legacy import report_legacy
 from petab_sciml.problem.model import ModelError, ModelInfo, read_sbml_ids
 from petab_sciml.problem.tables import ID_RE, Row, Table, TableError, read_table
 
@@ -67,6 +68,10 @@ class ProblemContext:
     """Networks that could not be loaded (runs code, no plugin, invalid)."""
     arrays: ArraySources = field(default_factory=ArraySources)
     mapping: dict[str, Mapped] = field(default_factory=dict)
+    huge_formulas: set[str] = field(default_factory=set)
+    """Tables (file names) with a formula that does not parse or holds a constant too
+    large for exact arithmetic; libpetab's second opinion skips them (sympy would take
+    hours on ``9^9^9`` or ``1e999999``)."""
 
     # ------------------------------------------------------------------ helpers
     def rows(self, kind: str):
@@ -93,6 +98,7 @@ def load_context(path: str | Path, *, trust_code: bool = False,
     if ctx.config is None:
         return ctx
     _read_tables(ctx)
+    report_legacy(ctx)
     _read_model(ctx)
     _read_networks(ctx)
     _read_arrays(ctx)
@@ -114,16 +120,38 @@ def _read_tables(ctx: ProblemContext) -> None:
                 ctx.issues.add("FILE_NOT_FOUND", f"{kind} table {name!r} not found",
                                file=cfg.path.name, path=yaml_path)
                 continue
+            check_inside(ctx, name, yaml_path)
             try:
                 table = read_table(target, kind, name)
             except TableError as exc:
-                ctx.issues.add("TABLE_UNREADABLE", str(exc), file=name)
+                ctx.issues.add(exc.code, str(exc), file=name)
                 continue
+            for code, message, line, column in table.problems:
+                ctx.issues.add(code, message, file=name, row=line, column=column)
             for column in table.missing_columns():
                 ctx.issues.add("TABLE_COLUMNS_MISSING", f"required column {column!r} is "
                                f"missing (columns: {', '.join(table.columns)})", file=name,
                                row=1, column=column)
             ctx.tables.setdefault(kind, []).append(table)
+
+
+def check_inside(ctx: ProblemContext, name: str, yaml_path: str) -> None:
+    """Warn when the file ``name`` (as the problem YAML writes it) lies outside the
+    problem's folder (``../x``, an absolute path, or a symlink leading out)."""
+    cfg = ctx.config
+    base = _resolved(cfg.base)
+    target = _resolved(cfg.resolve(name))
+    if not target.is_relative_to(base):
+        ctx.issues.add("FILE_OUTSIDE_PROBLEM", f"{name!r} resolves to {str(target)!r}, outside "
+                       f"the problem folder {str(base)!r}; the problem reads files elsewhere",
+                       file=cfg.path.name, path=yaml_path)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
 
 
 def _read_model(ctx: ProblemContext) -> None:
@@ -141,6 +169,7 @@ def _read_model(ctx: ProblemContext) -> None:
         ctx.issues.add("FILE_NOT_FOUND", f"model file {entry['location']!r} not found",
                        file=cfg.path.name, path=f"{where}.location")
         return
+    check_inside(ctx, entry["location"], f"{where}.location")
     if language != "sbml":
         ctx.issues.add("MODEL_INVALID", f"model language {language!r} is not supported by "
                        "this validator (only sbml); model-dependent checks are skipped",
@@ -149,7 +178,11 @@ def _read_model(ctx: ProblemContext) -> None:
     try:
         ctx.model = read_sbml_ids(target)
     except ModelError as exc:
-        ctx.issues.add("MODEL_INVALID", str(exc), file=entry["location"])
+        ctx.issues.add(exc.code, str(exc), file=entry["location"])
+        return
+    for ident, count in sorted(ctx.model.duplicates.items()):
+        ctx.issues.add("MODEL_DUPLICATE_ID", f"id {ident!r} is used by {count} elements; SBML "
+                       "ids must be unique", file=entry["location"])
 
 
 def _warning() -> Severity:
@@ -173,6 +206,18 @@ def _read_networks(ctx: ProblemContext) -> None:
                            file=cfg.path.name, path=f"{entry.yaml_path}.location")
             ctx.unchecked_networks.add(net_id)
             continue
+        check_inside(ctx, entry.location, f"{entry.yaml_path}.location")
+        if not target.is_dir():
+            from petab_sciml.errors import InputFileError
+            from petab_sciml.safe_read import check_regular_file
+
+            try:
+                check_regular_file(target, what="a network file", limit=None)
+            except InputFileError as exc:
+                ctx.unchecked_networks.add(net_id)
+                ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc),
+                               file=entry.location)
+                continue
         if fmt not in installed:
             ctx.unchecked_networks.add(net_id)
             if fmt in SPEC_FORMATS:
@@ -215,7 +260,7 @@ def _read_networks(ctx: ProblemContext) -> None:
             continue
         except PetabSciMLError as exc:
             ctx.unchecked_networks.add(net_id)
-            ctx.issues.add("NN_FILE_INVALID", _short(exc), file=entry.location,
+            ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc), file=entry.location,
                            path=getattr(exc, "entry", None))
             continue
         except Exception as exc:  # a plugin failing on bad input is still bad input
@@ -233,6 +278,14 @@ def _read_networks(ctx: ProblemContext) -> None:
 
 def _short(exc: PetabSciMLError) -> str:
     return getattr(exc, "message", None) or str(exc)
+
+
+def _code(exc: BaseException, default: str) -> str:
+    """The issue code an error carries (a budget, a special file), else ``default``."""
+    from petab_sciml.problem.issues import RULES
+
+    code = getattr(exc, "code", None)
+    return code if code in RULES and code != "FILE_NOT_FOUND" else default
 
 
 # ---------------------------------------------------------------------- array files
@@ -254,13 +307,14 @@ def _read_arrays(ctx: ProblemContext) -> None:
             ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
             continue
+        check_inside(ctx, name, f"{cfg.extension_path}.array_files")
         try:
             data = read_array_file(target)
-        except ArrayFileError as exc:
+        except PetabSciMLError as exc:
             entry = exc.entry or ""
-            code = getattr(exc, "code", None) or ("ARRAY_PYTORCH_FORMAT" if entry.startswith(
-                "metadata") else "ARRAY_FILE_INVALID")
-            ctx.issues.add(code, _short(exc), file=name, path=exc.entry)
+            code = "ARRAY_PYTORCH_FORMAT" if entry.startswith("metadata") else \
+                "ARRAY_FILE_INVALID"
+            ctx.issues.add(_code(exc, code), _short(exc), file=name, path=exc.entry)
             continue
         except Exception as exc:  # h5py can raise odd things on damaged files
             ctx.issues.add("ARRAY_FILE_INVALID", f"cannot read array file: "

@@ -47,6 +47,17 @@ _RULE_LIST = [
          "(`parameter_files`, `observable_files`, `measurement_files`, `model_files`) are "
          "present."),
     Rule("FILE_NOT_FOUND", _E, "petab", "Every file the problem names exists."),
+    Rule("LEGACY_LAYOUT", _E, "petab", "The problem is in the current format, not an older "
+         "draft (a `problems:` list, `parameter_file`, `simulationConditionId` or "
+         "`preequilibrationConditionId` in measurements, a condition table with one column "
+         "per target). Reported once, before every other issue; `petab-sciml upgrade` "
+         "rewrites such a problem."),
+    Rule("FILE_NOT_REGULAR", _E, "tool", "Every file the problem names (and the problem YAML "
+         "itself) is a regular file: not a folder (except NNEF model folders), device, FIFO "
+         "or socket."),
+    Rule("FILE_OUTSIDE_PROBLEM", _W, "tool", "Files the problem names lie inside the "
+         "problem's folder (a path that leaves it, `../x` or absolute, makes the problem "
+         "read files elsewhere)."),
     Rule("EXT_MISSING", _E, "sciml", "The problem has a SciML extension section "
          "(`extensions.sciml` or `extensions.petab_sciml`)."),
     Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension has a non-empty "
@@ -86,6 +97,9 @@ _RULE_LIST = [
     Rule("ARRAY_GROUP_IGNORED", _I, "tool", "Top-level entries other than `metadata`, "
          "`inputs`, `parameters` (and the test suite's `outputs`) are allowed by the schema "
          "and ignored."),
+    Rule("ARRAY_EXTERNAL_DATA", _E, "tool", "Array files hold their own data: no external "
+         "links, datasets with external raw storage or virtual datasets (each reads other "
+         "files)."),
     Rule("ARRAY_PYTORCH_FORMAT", _E, "sciml", "`metadata/pytorch_format` is present and a "
          "boolean scalar."),
     Rule("ARRAY_NOT_PYTORCH_FORMAT", _I, "tool", "`pytorch_format` false: the arrays follow "
@@ -111,6 +125,10 @@ _RULE_LIST = [
     Rule("TABLE_UNREADABLE", _E, "petab", "Each table is a readable tab-separated file with a "
          "header."),
     Rule("TABLE_COLUMNS_MISSING", _E, "petab", "Each table has its required columns."),
+    Rule("TABLE_DUPLICATE_COLUMN", _E, "petab", "No column name appears twice in a table "
+         "header."),
+    Rule("TABLE_ROW_TOO_LONG", _E, "petab", "No row has more cells than the header has "
+         "columns."),
     Rule("TABLE_ID_INVALID", _E, "petab", "Id columns hold valid PEtab ids."),
     Rule("TABLE_DUPLICATE_ID", _E, "petab", "Primary keys are unique (parameterId, "
          "observableId, petabEntityId, hybridization targetId)."),
@@ -184,6 +202,9 @@ _RULE_LIST = [
     Rule("PARAM_ID_MODEL_ENTITY", _E, "petab", "A `parameterId` is not a model entity other "
          "than a model parameter (no species, compartment, reaction, rule variable or "
          "species reference)."),
+    Rule("PARAM_SCALE_INVALID", _E, "petab", "`parameterScale` is `lin`, `log` or `log10` (or "
+         "empty: `lin`); network parameters are `lin`; a parameter estimated on `log`/`log10` "
+         "scale has no negative bound."),
     Rule("PARAM_NOMINAL_INVALID", _E, "sciml", "A network parameter's `nominalValue` is "
          "`array`, a number, or empty; other parameters have numeric nominal values."),
     Rule("PARAM_NOMINAL_MISSING", _E, "sciml", "Non-estimated parameters have a nominal value."),
@@ -193,6 +214,10 @@ _RULE_LIST = [
          "mapped to network parameters."),
     Rule("PARAM_ARRAY_VALUES_MISSING", _E, "sciml", "Network parameters whose nominal value is "
          "`array` are present in an array file."),
+    Rule("PARAM_ARRAY_FILE_IGNORED", _W, "tool", "Numbers in `nominalValue` do not hide every "
+         "network parameter an array file holds: a number wins over the file (PEtab SciML), "
+         "so such a file is not used at all; the warning names the file and the rows "
+         "(numbers overriding part of a file that is used elsewhere are not reported)."),
     Rule("PARAM_NN_UNCOVERED", _E, "sciml", "Every trainable network parameter is covered by a "
          "parameter-table row (through the mapping table)."),
     Rule("PARAM_NN_AMBIGUOUS", _E, "sciml", "Two rows of the same specificity (network, "
@@ -205,25 +230,69 @@ _RULE_LIST = [
     Rule("PARAM_DROPOUT_INVALID", _E, "ext", "`dropout` is empty or a number p with "
          "0 <= p < 1, only on rows mapped to whole networks, layers or arrays."),
     # ---------------------------------------------------------------- PEtab v2 core
-    Rule("MODEL_INVALID", _E, "petab", "The problem has one model file, readable SBML."),
+    Rule("MODEL_INVALID", _E, "petab", "The problem has one model file, readable and "
+         "consistent SBML (the checks libsbml runs when loading reads it)."),
+    Rule("MODEL_UNSUPPORTED", _E, "tool", "The model uses only the SBML subset the simulators "
+         "support (docs/sbml.md); loading refuses other constructs, naming the element."),
+    Rule("SIMULATION_UNSUPPORTED", _E, "tool", "The simulation plan that loading builds can be "
+         "built: no PEtab feature the simulators do not support (pre-equilibration, ...) and "
+         "no inconsistency between the model and the tables."),
+    Rule("FORMULA_INVALID", _E, "petab", "Formulas (observable and noise formulas, "
+         "hybridization and condition values) are valid PEtab math (parsed as loading parses "
+         "them, when the simulation plan is built)."),
+    Rule("SIMULATION_NOT_CHECKED", _I, "tool", "libsbml or sympy is not installed, so the "
+         "SBML consistency checks and the simulation plan that loading needs were not run."),
+    Rule("MODEL_DUPLICATE_ID", _E, "petab", "Ids in the SBML model are unique (SBML's SId "
+         "namespace)."),
     Rule("MEASUREMENT_OBSERVABLE_UNKNOWN", _E, "petab", "Measurements use defined observables."),
     Rule("MEASUREMENT_EXPERIMENT_UNKNOWN", _E, "petab", "Measurements use defined experiments."),
-    Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` and `time` are numbers "
-         "(`time` may be `inf`)."),
+    Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` is a finite number and "
+         "`time` a number that is not NaN (`time` may be `inf`, not `-inf`)."),
     Rule("EXPERIMENT_CONDITION_UNKNOWN", _E, "petab", "Experiment conditions are defined in a "
          "condition table (or, for array inputs, in an array file)."),
     Rule("EXPERIMENT_TIME_INVALID", _E, "petab", "Experiment period start times are numbers."),
     Rule("CONDITION_TARGET_UNKNOWN", _E, "petab", "Condition `targetId`s are model entities or "
          "network inputs."),
+    Rule("EXPRESSION_INVALID", _E, "petab", "Math expressions (observable and noise formulas, "
+         "condition and hybridization target values) follow the PEtab math grammar "
+         "(operators, known functions with their numbers of arguments); `observableFormula` "
+         "is not empty."),
     Rule("OBSERVABLE_UNKNOWN_SYMBOL", _E, "petab", "Observable and noise formulas use only "
          "defined symbols (model entities, parameters, network outputs, placeholders)."),
     Rule("LIBPETAB", _W, "tool", "A finding of libpetab-python's PEtab v2 (+ SciML) linter, "
-         "shown beside ours with `--libpetab`; a second opinion that never decides validity."),
+         "shown beside ours with `--libpetab` on problems our checks accept; a second "
+         "opinion that never decides validity."),
+    # ---------------------------------------------------------------- budgets
+    Rule("LIMIT_FILE_SIZE", _E, "tool", "A table, SBML model or other file read whole is at "
+         "most `max_file_bytes` (256 MiB)."),
+    Rule("LIMIT_YAML_SIZE", _E, "tool", "A YAML file (problem, network) is at most "
+         "`max_yaml_bytes` (2 MiB)."),
+    Rule("LIMIT_YAML_ALIASES", _E, "tool", "A YAML file has at most `max_yaml_nodes` "
+         "(1,000,000) nodes once its aliases are expanded (no \"billion laughs\")."),
+    Rule("LIMIT_YAML_DEPTH", _E, "tool", "YAML mappings and lists nest at most "
+         "`max_yaml_depth` (100) deep."),
+    Rule("LIMIT_ELEMENTS", _E, "tool", "A network declares at most `max_elements` "
+         "(50,000,000) parameter scalars."),
+    Rule("LIMIT_ARRAY_SHAPE", _E, "tool", "A dataset of an array file has at most "
+         "`max_array_elements` (50,000,000) elements (by its declared shape)."),
+    Rule("LIMIT_EXPRESSION_DEPTH", _E, "tool", "A math expression's tree is at most "
+         "`max_expression_depth` (100) levels high."),
+    Rule("LIMIT_EXPRESSION_SIZE", _E, "tool", "A math expression is at most "
+         "`max_expression_chars` (100,000) characters long."),
+    Rule("LIMIT_ARRAY_ENTRIES", _E, "tool", "An array file holds at most `max_array_entries` "
+         "(10,000) groups and datasets."),
+    Rule("LIMIT_CONSTANT_FOLDING", _E, "tool", "Folding the constants of an ONNX graph makes "
+         "no value of more than `max_folded_elements` (10,000,000) elements."),
+    Rule("LIMIT_ARCHIVE_MEMBER", _E, "tool", "A member of an NNEF `.tgz` archive is a "
+         "regular file or folder of at most `max_archive_member_bytes` (256 MiB)."),
     Rule("INTERNAL_ERROR", _E, "tool", "A check failed unexpectedly; this is a bug in "
          "petab-sciml, please report it."),
 ]
 
 RULES: dict[str, Rule] = {r.code: r for r in _RULE_LIST}
+
+ROOT_CAUSES = frozenset({"LEGACY_LAYOUT"})
+"""Codes whose issue explains many others: reports list them first."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +354,11 @@ class IssueList(list):
     @property
     def warnings(self) -> list[Issue]:
         return [i for i in self if i.severity == Severity.WARNING]
+
+    def sort_for_report(self) -> None:
+        """Root causes first, then errors before warnings, then by file and row."""
+        self.sort(key=lambda i: (i.code not in ROOT_CAUSES, -int(i.severity), i.file or "",
+                                 i.row or 0))
 
     def codes(self) -> set[str]:
         return {i.code for i in self}

@@ -9,6 +9,7 @@ simulator can use ``{net: {layer: {array: ndarray}}}`` plus masks without re-par
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,11 @@ class ProblemError(PetabSciMLError):
     def __init__(self, message: str, issues: IssueList):
         super().__init__(message)
         self.issues = issues
+
+
+class ProblemWarning(UserWarning):
+    """A validation warning of a problem that loads (issued once per warning by
+    :func:`load_problem`; the issue is in ``problem.issues`` too)."""
 
 
 class NetworkParameters(dict):
@@ -94,6 +100,27 @@ class Problem:
         """Simulated observables in measurement-table order."""
         return self.simulator().simulate(p)
 
+    def model(self, params: Any = None, *, backend: str | None = None, **options: Any) -> Any:
+        """The whole problem as a native trainable model of ``backend`` (default: the
+        problem's): an ``equinox.Module`` in JAX (:mod:`petab_sciml.backends.jax.problem`),
+        a ``torch.nn.Module`` in PyTorch (:mod:`petab_sciml.backends.torch.problem`).
+        Its estimated values start at the nominal values, or at ``params``
+        (``{"mech": linear values, "nets": {...}}``); ``options`` are the backend's
+        simulation options."""
+        from petab_sciml.plugins import get_backend
+
+        return get_backend(backend or self.backend_name).problem_model(self, params,
+                                                                       **options)
+
+    def save(self, values: Any, out_dir: str | Path, *, force: bool = False) -> Path:
+        """Write this problem with ``values`` as its nominal values into ``out_dir``.
+
+        ``values`` is a native model (:meth:`model`) or ``{"mech": ..., "nets": ...}``.
+        See :func:`petab_sciml.problem.save.save_problem`; returns the new problem.yaml."""
+        from petab_sciml.problem.save import save_problem
+
+        return save_problem(self, values, out_dir, force=force)
+
     # ------------------------------------------------------------- plain-data views
     def initial_parameters(self, net_id: str) -> dict[str, dict[str, np.ndarray]]:
         """``{layer: {array: float64 ndarray}}``: the initial values (PyTorch layout)."""
@@ -127,11 +154,14 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     open keep the backend's seeded default initialisation).  In torch, arrays that are
     entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
     element-wise masks for every backend.  Raises :class:`ProblemError` if validation
-    finds errors; networks whose format runs code need ``trust_code=True``.
+    finds errors and issues each validation warning as a :class:`ProblemWarning`;
+    networks whose format runs code need ``trust_code=True``.
 
     With ``simulation`` (default) the SBML model is imported and the simulation plan
     built here, so a model outside the supported SBML subset fails at load
-    (``UnsupportedSbmlError`` naming the element), never during a simulation.
+    (``UnsupportedSbmlError`` naming the element), never during a simulation; validation
+    runs the same, so ``petab-sciml validate`` reports it too.  Without ``simulation``
+    those errors do not stop loading the networks.
     """
     from petab_sciml.plugins import get_backend
 
@@ -139,12 +169,21 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     if not isinstance(path, (str, Path)):
         folder, path = _write_libpetab_problem(path)
     report = validate_problem(path, trust_code=trust_code, read_values=True)
+    if report.plan_error is not None:
+        # the checks that building the simulation plan makes: the only error (they run on
+        # an otherwise valid problem); raise what the plan builder raised, as it names
+        # the element (UnsupportedSbmlError, SimulationError, ...)
+        if simulation:
+            raise report.plan_error
+        report.issues.remove(report.plan_issue)
     if report.issues.errors:
         lines = "\n".join(f"  {i}" for i in report.issues.errors[:20])
         more = len(report.issues.errors) - 20
         raise ProblemError(f"{path}: the problem is invalid ({len(report.issues.errors)} "
                            f"error(s)):\n{lines}" + (f"\n  ... {more} more" if more > 0 else ""),
                            report.issues)
+    for issue in report.issues.warnings:
+        warnings.warn(f"{path}: {issue}", ProblemWarning, stacklevel=2)
     ctx = report.context
     unchecked = sorted(ctx.unchecked_networks)
     if unchecked:

@@ -20,6 +20,9 @@ PRIORS = {
     "parameterscalenormal": ("parameterScaleNormal", 2),
     "parameterscalelaplace": ("parameterScaleLaplace", 2),
 }
+SCALES = ("lin", "log", "log10")
+"""``parameterScale`` values (PEtab v1 column, kept by many v2 problems): the scale on
+which an estimated parameter is optimized; nominal values and bounds stay linear."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class PlainParameter:
     lower: float | None
     upper: float | None
     prior: Prior | None
+    scale: str = "lin"
+    """``parameterScale``: ``lin``, ``log`` or ``log10`` (``lin`` when the column is
+    absent or empty)."""
 
 
 @dataclass
@@ -170,7 +176,24 @@ def _network_row(pid, ref, row, table, estimate, prior, ctx) -> ParameterRow | N
         issues.add("PARAM_NOMINAL_OUT_OF_BOUNDS", f"nominalValue {nominal:g} outside "
                    f"[{lower:g}, {upper:g}]", file=f, row=row.line, column="nominalValue")
     dropout = _dropout(row, table, ctx, ref)
+    if _scale(row, table, ctx) not in ("lin", None):
+        issues.add("PARAM_SCALE_INVALID", "network parameters are optimized on linear scale; "
+                   f"parameterScale must be lin or empty, got {row['parameterScale']!r}",
+                   file=f, row=row.line, column="parameterScale")
     return ParameterRow(pid, ref, row.line, nominal, estimate, lower, upper, prior, dropout)
+
+
+def _scale(row: Row, table: Table, ctx: ProblemContext) -> str | None:
+    """The row's ``parameterScale`` (``lin`` if empty); None (reported) if unknown."""
+    text = row["parameterScale"].strip()
+    if not text:
+        return "lin"
+    if text not in SCALES:
+        ctx.issues.add("PARAM_SCALE_INVALID", f"parameterScale must be one of "
+                       f"{', '.join(SCALES)} (or empty), got {text!r}", file=table.file,
+                       row=row.line, column="parameterScale")
+        return None
+    return text
 
 
 def _dropout(row, table, ctx, ref) -> float | None:
@@ -225,7 +248,14 @@ def _plain_row(pid, row, table, estimate, prior, ctx) -> PlainParameter:
     if row["dropout"]:
         issues.add("PARAM_DROPOUT_INVALID", f"dropout is only valid on rows mapped to network "
                    f"parameters; {pid!r} is not", file=f, row=row.line, column="dropout")
-    return PlainParameter(pid, row.line, nominal, estimate, lower, upper, prior)
+    scale = _scale(row, table, ctx) or "lin"
+    if scale != "lin" and estimate:
+        for column, value in (("lowerBound", lower), ("upperBound", upper)):
+            if value is not None and value < 0:
+                issues.add("PARAM_SCALE_INVALID", f"{pid!r} is estimated on {scale} scale, "
+                           f"so its {column} must not be negative, got {value:g}", file=f,
+                           row=row.line, column=column)
+    return PlainParameter(pid, row.line, nominal, estimate, lower, upper, prior, scale)
 
 
 def _check_improper(out: ParameterTables, ctx: ProblemContext) -> None:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -106,7 +107,11 @@ class ResolvedNetwork:
         for layer, arrays in self.row_index.items():
             out[layer] = {}
             for name, idx in arrays.items():
-                out[layer][name] = table[idx]   # -1 picks the default at the end
+                k = _uniform(idx)
+                # -1 picks the default at the end; one row for a whole array (validation
+                # keeps those as read-only broadcast views): no per-element copy
+                out[layer][name] = table[idx] if k is None else np.broadcast_to(table[k],
+                                                                                idx.shape)
         return out
 
     @cached_property
@@ -193,9 +198,11 @@ def resolve_network(
     trainable = {lay: {arr: i.trainable for arr, i in a.items()} for lay, a in infos.items()}
     order = sorted(range(len(rows)), key=lambda k: (rows[k].ref.level, k))
     rows = [rows[k] for k in order]
-    row_index = {lay: {arr: np.full(s, -1, np.int32) for arr, s in a.items()}
+    # Arrays that rows cover whole (levels 0-2) stay uniform: a read-only broadcast view
+    # of one value, no memory per element; an element-level row makes a real array.
+    row_index = {lay: {arr: np.broadcast_to(np.int32(-1), s) for arr, s in a.items()}
                  for lay, a in shapes.items()}
-    level = {lay: {arr: np.full(s, -1, np.int8) for arr, s in a.items()}
+    level = {lay: {arr: np.broadcast_to(np.int8(-1), s) for arr, s in a.items()}
              for lay, a in shapes.items()}
     summaries: list[RowSummary] = []
     ambiguous_reported: set[tuple[str, str, int]] = set()
@@ -205,10 +212,28 @@ def resolve_network(
         count = 0
         names = []
         for lay, arr, idx in blocks:
-            block = level[lay][arr][idx]
-            count += int(np.size(block))
             names.append(f"{lay}.{arr}" + ("" if idx is ... else
                                            "[" + ", ".join(map(str, idx)) + "]"))
+            if idx is ... and _uniform(level[lay][arr]) is not None:
+                previous = _uniform(level[lay][arr])
+                count += int(np.size(level[lay][arr]))
+                if previous == lvl and (lay, arr, lvl) not in ambiguous_reported:
+                    ambiguous_reported.add((lay, arr, lvl))
+                    other = rows[_uniform(row_index[lay][arr])]
+                    issues.add("PARAM_NN_AMBIGUOUS", f"rows {other.id!r} (line {other.line}) "
+                               f"and {row.id!r} both set {lay}.{arr} of network "
+                               f"{network.id!r} at the same specificity "
+                               f"({row.ref.level_name}); which one wins is undefined",
+                               file=table_file, row=row.line, column="parameterId")
+                shape = shapes[lay][arr]
+                level[lay][arr] = np.broadcast_to(np.int8(lvl), shape)
+                row_index[lay][arr] = np.broadcast_to(np.int32(k), shape)
+                continue
+            if not level[lay][arr].flags.writeable:
+                level[lay][arr] = np.array(level[lay][arr])
+                row_index[lay][arr] = np.array(row_index[lay][arr])
+            block = level[lay][arr][idx]
+            count += int(np.size(block))
             clash = block == lvl
             if np.any(clash):
                 prev = row_index[lay][arr][idx][clash]
@@ -226,6 +251,11 @@ def resolve_network(
         summaries.append(RowSummary(row, names, count, 0))
     for arrays in row_index.values():
         for idx in arrays.values():
+            k = _uniform(idx)
+            if k is not None:
+                if k >= 0:
+                    summaries[k].effective += int(idx.size)
+                continue
             counts = np.bincount(idx[idx >= 0].ravel(), minlength=len(rows))
             for k in range(len(rows)):
                 summaries[k].effective += int(counts[k])
@@ -233,7 +263,20 @@ def resolve_network(
     dropout = _dropout(rows, shapes, trainable)
     result = ResolvedNetwork(network.id, shapes, rows, row_index, summaries, dropout)
     _values(result, file_arrays, read_values, issues, table_file)
+    if read_values:   # the loader's arrays are ordinary (writable) arrays
+        for nested in (result.row_index, result.from_backend):
+            for arrays in nested.values():
+                for name, value in arrays.items():
+                    if not value.flags.writeable:
+                        arrays[name] = np.array(value)
     return result
+
+
+def _uniform(array: np.ndarray) -> int | None:
+    """The value of a uniform (read-only broadcast) index array, else None."""
+    if array.flags.writeable or array.size == 0:
+        return None
+    return int(array.flat[0])
 
 
 def _check_coverage(network, shapes, trainable, row_index, rows, issues, table_file) -> None:
@@ -241,7 +284,8 @@ def _check_coverage(network, shapes, trainable, row_index, rows, issues, table_f
     for lay, arrays in row_index.items():
         for arr, idx in arrays.items():
             if trainable[lay][arr]:
-                n = int((idx < 0).sum())
+                k = _uniform(idx)
+                n = int((idx < 0).sum()) if k is None else (idx.size if k < 0 else 0)
                 if n:
                     missing.append(f"{lay}.{arr} ({n} of {idx.size})")
     if missing:
@@ -275,19 +319,39 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
     numbers = np.array([r.nominal if isinstance(r.nominal, float) else np.nan
                         for r in rows] + [np.nan], np.float64)
     values: Nested = {}
+    files: dict[str, list] = {}
+    """array file -> [elements whose value it gives, elements a number hides, rows]"""
     for lay, arrays in result.row_index.items():
         values[lay] = {}
         for arr, idx in arrays.items():
-            k = kind[idx]
             source = file_arrays.get(lay, {}).get(arr)
+            uniform = _uniform(idx)
+            if source is not None:
+                name = getattr(source, "path", None)
+                stats = files.setdefault(Path(name).name if name else "", [0, 0, set()])
+                if uniform is not None:
+                    number_row = int(kind[uniform]) == 1
+                    stats[0] += 0 if number_row else int(idx.size)
+                    stats[1] += int(idx.size) if number_row else 0
+                    if number_row:
+                        stats[2].add(int(uniform))
+                else:
+                    k = kind[idx]
+                    stats[0] += int(np.sum(k != 1))
+                    stats[1] += int(np.sum(k == 1))
+                    stats[2].update(np.unique(idx[k == 1]).tolist())
+            if uniform is not None:   # one row (or none) for the whole array
+                out = _uniform_values(result, lay, arr, idx, uniform, int(kind[uniform]),
+                                      float(numbers[uniform]), source, read_values, issues,
+                                      table_file)
+                if out is not None:
+                    values[lay][arr] = out
+                continue
+            k = kind[idx]
             needs_file = k == 2
             if source is None and np.any(needs_file):
                 first = rows[int(idx[needs_file].flat[0])]
-                issues.add("PARAM_ARRAY_VALUES_MISSING", f"row {first.id!r} takes "
-                           f"{lay}.{arr} of network {result.net_id!r} from the array files "
-                           f"(nominalValue array), but no array file holds "
-                           f"parameters/{result.net_id}/{lay}/{arr}", file=table_file,
-                           row=first.line, column="nominalValue")
+                _missing(issues, first, lay, arr, result.net_id, table_file)
             backend = (k == 0) & (source is None) | (k == 2) & (source is None)
             if np.any(backend):
                 result.from_backend.setdefault(lay, {})[arr] = backend
@@ -299,5 +363,38 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
                 data = np.asarray(source, dtype=np.float64)
                 out = np.where(use_file, data, out) if not np.all(use_file) else data.copy()
             values[lay][arr] = out
+    for name, (used, hidden, row_ids) in files.items():
+        if used or not hidden:
+            continue  # the file is used; numbers on some of its arrays are overrides
+        shown = [rows[r] for r in sorted(row_ids, key=lambda r: rows[r].line)]
+        numbers = ", ".join(f"{r.id!r} (nominalValue {r.nominal:g})" for r in shown)
+        issues.add("PARAM_ARRAY_FILE_IGNORED", f"array file {name or '(in memory)'} holds "
+                   f"{hidden} parameter(s) of network {result.net_id!r}, but the "
+                   f"parameter table gives all of them numbers (row(s) {numbers}), which "
+                   "win: none of the file's values is used. Write nominalValue 'array' to "
+                   "use them", file=table_file, row=shown[0].line, column="nominalValue")
     if read_values:
         result.values = values
+
+
+def _missing(issues: IssueList, first: ParameterRow, lay: str, arr: str, net_id: str,
+             table_file: str | None) -> None:
+    issues.add("PARAM_ARRAY_VALUES_MISSING", f"row {first.id!r} takes {lay}.{arr} of network "
+               f"{net_id!r} from the array files (nominalValue array), but no array file "
+               f"holds parameters/{net_id}/{lay}/{arr}", file=table_file, row=first.line,
+               column="nominalValue")
+
+
+def _uniform_values(result: ResolvedNetwork, lay: str, arr: str, idx: np.ndarray, row: int,
+                    kind: int, number: float, source: Any, read_values: bool,
+                    issues: IssueList, table_file: str | None) -> np.ndarray | None:
+    """:func:`_values` for an array that one row (or none, ``row`` -1) covers whole."""
+    if source is None and kind == 2:
+        _missing(issues, result.rows[row], lay, arr, result.net_id, table_file)
+    if source is None and kind in (0, 2):
+        result.from_backend.setdefault(lay, {})[arr] = np.broadcast_to(True, idx.shape)
+    if not read_values:
+        return None
+    if kind != 1 and source is not None:
+        return np.array(source, dtype=np.float64)
+    return np.full(idx.shape, number, np.float64)

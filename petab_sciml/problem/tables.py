@@ -27,7 +27,11 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 class TableError(Exception):
-    """A table file cannot be read at all."""
+    """A table file cannot be read at all; ``code`` is the issue code to report."""
+
+    def __init__(self, message: str, code: str = "TABLE_UNREADABLE"):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -53,6 +57,9 @@ class Table:
     file: str
     columns: list[str]
     rows: list[Row] = field(default_factory=list)
+    problems: list[tuple[str, str, int, str | None]] = field(default_factory=list)
+    """Defects found while reading that leave the table usable: ``(code, message, line,
+    column)`` (a duplicate column name, a row longer than the header)."""
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self.rows)
@@ -65,30 +72,66 @@ class Table:
 
 
 def read_table(path: Path, kind: str, file: str) -> Table:
-    """Read a TSV table; raises :class:`TableError` with a one-line reason."""
+    """Read a TSV table (a regular file within ``max_file_bytes``); raises
+    :class:`TableError` with a one-line reason.  A duplicate column name (the first
+    column of that name is used) and rows longer than the header are recorded in
+    ``Table.problems``."""
+    import io
+
+    from petab_sciml.errors import InputFileError, LimitError
+    from petab_sciml.safe_read import read_text
+
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.reader(fh, delimiter="\t")
-            header: list[str] | None = None
-            rows: list[Row] = []
-            for record in reader:
-                if header is None:
-                    if not record or all(not c.strip() for c in record):
-                        continue
-                    header = [c.strip() for c in record]
-                    continue
+        text = read_text(path, what="a tab-separated table")
+    except LimitError as exc:
+        raise TableError(exc.message, exc.code) from None
+    except InputFileError as exc:
+        raise TableError(exc.message, exc.code or "TABLE_UNREADABLE") from None
+    header: list[str] | None = None
+    rows: list[Row] = []
+    problems: list[tuple[str, str, int, str | None]] = []
+    positions: list[tuple[int, str]] = []
+    # a cell may be as long as the file (a formula's own budget is checked later, with
+    # its location); csv's default limit would make a long cell a table error
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
+        for record in reader:
+            if header is None:
                 if not record or all(not c.strip() for c in record):
                     continue
-                cells = {name: (record[i].strip() if i < len(record) else "")
-                         for i, name in enumerate(header) if name}
-                rows.append(Row(reader.line_num, cells))
-    except FileNotFoundError:
-        raise TableError("file not found") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+                header = [c.strip() for c in record]
+                positions = _columns(header, reader.line_num, problems)
+                continue
+            if not record or all(not c.strip() for c in record):
+                continue
+            if len(record) > len(header) and any(c.strip() for c in record[len(header):]):
+                problems.append(("TABLE_ROW_TOO_LONG", f"the row has {len(record)} cells but "
+                                 f"the header has {len(header)} columns", reader.line_num,
+                                 None))
+            cells = {name: (record[i].strip() if i < len(record) else "")
+                     for i, name in positions}
+            rows.append(Row(reader.line_num, cells))
+    except csv.Error as exc:
         raise TableError(f"cannot read table: {exc}") from None
     if header is None:
         raise TableError("the file is empty; expected a header line")
-    return Table(kind, path, file, header, rows)
+    return Table(kind, path, file, header, rows, problems)
+
+
+def _columns(header: list[str], line: int, problems: list) -> list[tuple[int, str]]:
+    """(index, name) of the columns to read: named ones, the first of each name."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header):
+        if not name:
+            continue
+        if name in seen:
+            problems.append(("TABLE_DUPLICATE_COLUMN", f"column {name!r} appears twice "
+                             f"(columns {seen[name] + 1} and {i + 1}); a table has one column "
+                             "of each name", line, name))
+            continue
+        seen[name] = i
+    return [(i, name) for name, i in seen.items()]
 
 
 def parse_float(text: str) -> float | None:

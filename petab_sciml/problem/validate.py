@@ -2,6 +2,11 @@
 
 Validation does not execute code from the problem: networks in formats whose loading runs
 code (``NetworkFormat.runs_code``) are loaded only with ``trust_code=True``.
+
+What validation accepts, loading accepts: when every other check passes (and libsbml and
+sympy are installed), the validator also imports the SBML model and builds the simulation
+plan exactly as :func:`~petab_sciml.problem.load_problem` does, and reports what fails
+there (``MODEL_INVALID``, ``MODEL_UNSUPPORTED``, ``SIMULATION_UNSUPPORTED``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ class ValidationReport:
     context: ProblemContext | None = None
     parameters: ParameterTables | None = None
     resolved: dict[str, ResolvedNetwork] = field(default_factory=dict)
+    plan: Any = None
+    """The simulation plan, when the problem is valid and libsbml and sympy are installed
+    (initial values of network elements the backend initialises are zero in it; the
+    loader builds its own after filling them in)."""
+    plan_error: Exception | None = None
+    """What building the plan raised (the loader raises it) and its issue."""
+    plan_issue: Any = None
 
     @property
     def ok(self) -> bool:
@@ -48,8 +60,10 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
 
     With ``read_values`` the network parameter values are read and resolved too (what the
     loader needs); plain validation only reads the array files' structure.  With
-    ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too and
-    its findings are added as ``LIBPETAB`` warnings (a second opinion, never an error).
+    ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too, once
+    our own checks (the simulation plan included) found no error, and its findings are
+    added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
+    import alone takes 1.5 s, its checks can take 100x longer than ours).
     """
     path = Path(path)
     issues = IssueList()
@@ -64,14 +78,15 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
     if ctx.config is None:
         return report
     for step, fn in (("parameter table", _parameters), ("network parameters", _resolve),
-                     ("tables", _cross), ("libpetab", _libpetab if libpetab else None)):
+                     ("tables", _cross), ("simulation plan", _simulation),
+                     ("libpetab", _libpetab if libpetab else None)):
         if fn is None:
             continue
         try:
             fn(report, read_values)
         except Exception as exc:
             _internal(issues, f"checking the {step}", exc)
-    issues.sort(key=lambda i: (-int(i.severity), i.file or "", i.row or 0))
+    issues.sort_for_report()
     return report
 
 
@@ -105,9 +120,84 @@ def _cross(report: ValidationReport, read_values: bool) -> None:
 
 
 def _libpetab(report: ValidationReport, read_values: bool) -> None:
+    """The second opinion, on problems our own checks accept (on others it would only
+    repeat what we found, at a far higher cost) and whose formulas libpetab's sympy can
+    handle (constants too large for exact arithmetic could take it hours)."""
     from petab_sciml.problem.libpetab_lint import lint_with_libpetab
 
-    lint_with_libpetab(report)
+    ctx = report.context
+    if report.issues.errors:
+        reason = "our own checks found errors (it runs on problems they accept)"
+    elif ctx.huge_formulas:
+        reason = (f"{', '.join(sorted(ctx.huge_formulas))} hold(s) constants too large for "
+                  f"exact arithmetic, on which libpetab's sympy could take hours")
+    else:
+        lint_with_libpetab(report)
+        return
+    report.issues.add("LIBPETAB", f"libpetab's second opinion was not run: {reason}",
+                      severity=Severity.INFO)
+
+
+def _simulation(report: ValidationReport, read_values: bool) -> None:
+    """Import the model and build the simulation plan as loading does (only for a problem
+    without errors so far: the plan builder expects one)."""
+    ctx = report.context
+    if report.issues.errors or report.parameters is None or ctx.unchecked_networks \
+            or not ctx.config.model_files:
+        return
+    entry = next(iter(ctx.config.model_files.values()))
+    if str(entry.get("language", "sbml")).lower() != "sbml":
+        return
+    try:
+        import libsbml  # noqa: F401
+        import sympy  # noqa: F401
+    except ImportError:
+        report.issues.add("SIMULATION_NOT_CHECKED", "libsbml or sympy is not installed, so "
+                          "the SBML consistency checks and the simulation plan that loading "
+                          "needs were not run (pip install 'petab-sciml-toolkit[sbml]')",
+                          file=entry["location"])
+        return
+    from petab_sciml.errors import PetabSciMLError
+    from petab_sciml.problem.loader import NetworkParameters, Problem
+    from petab_sciml.simulation import build_plan
+
+    problem = Problem(report.path, "", None, "float64", ctx.config, ctx, dict(ctx.networks),
+                      {}, NetworkParameters(report.resolved), report.parameters.plain,
+                      report.issues)
+    try:
+        report.plan = build_plan(problem)
+    except PetabSciMLError as exc:
+        report.plan_error = exc
+        report.plan_issue = _plan_issue(report, exc, entry["location"])
+
+
+def _plan_issue(report: ValidationReport, exc: Exception, model_file: str) -> Any:
+    """The issue for what building the plan raised."""
+    from petab_sciml.expressions import ExpressionError
+    from petab_sciml.sbml import SbmlError, UnsupportedSbmlError
+
+    if isinstance(exc, UnsupportedSbmlError):
+        code, file = "MODEL_UNSUPPORTED", model_file
+    elif isinstance(exc, SbmlError):
+        code, file = "MODEL_INVALID", model_file
+    elif isinstance(exc, ExpressionError):
+        code, file = "FORMULA_INVALID", _relative(report, getattr(exc, "file", None))
+    else:  # SimulationError and the like: loading would fail the same way
+        code, file = "SIMULATION_UNSUPPORTED", _relative(report, getattr(exc, "file", None))
+    return report.issues.add(code, _message(exc), file=file, path=getattr(exc, "entry", None))
+
+
+def _message(exc: Exception) -> str:
+    return getattr(exc, "message", None) or str(exc)
+
+
+def _relative(report: ValidationReport, file: Any) -> str | None:
+    if file is None:
+        return None
+    try:
+        return str(Path(file).relative_to(report.path.parent))
+    except ValueError:
+        return str(file)
 
 
 def has_errors(issues: IssueList) -> bool:

@@ -48,9 +48,26 @@ def log_likelihood(ops: Any, measured: Any, simulated: Any, sigma: Any, transfor
 def _canonical(name: str) -> str:
     name = name.lower().replace("-", "").replace("_", "")
     if name.startswith("parameterscale"):
-        # PEtab v2 has no parameter scales: the scale is linear
+        # the scale transform is applied by log_prior_at (``parameterScale`` of the row)
         name = name[len("parameterscale"):]
     return name
+
+
+def on_parameter_scale(prior: Prior) -> bool:
+    """Whether ``prior`` (PEtab v1 ``parameterScale*``) applies to the parameter on its
+    ``parameterScale`` rather than to its linear value."""
+    return prior.distribution.lower().replace("-", "").replace("_", "").startswith(
+        "parameterscale")
+
+
+def log_prior_at(ops: Any, x: Any, prior: Prior, scale: str = "lin") -> Any:
+    """Elementwise log-prior of the linear values ``x``: ``parameterScale*`` priors are
+    evaluated at ``x`` on ``scale`` (``log``: natural, ``log10``), the others at ``x``."""
+    if scale == "log":
+        x = ops.log(x)
+    elif scale == "log10":
+        x = ops.log(x) / LN10
+    return log_prior(ops, x, prior)
 
 
 def log_prior(ops: Any, x: Any, prior: Prior) -> Any:

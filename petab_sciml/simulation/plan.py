@@ -207,14 +207,22 @@ class SimulationPlan:
     n_obs_par: int
     n_noise_par: int
     measurements: MeasurementPlan
-    priors: list[tuple[Prior, np.ndarray, float, float]]
-    """(prior, indices into ``w``, lower, upper bounds) for each (prior, bounds) pair."""
+    priors: list[tuple[Prior, np.ndarray, float, float, str]]
+    """(prior, indices into ``w``, lower, upper bounds, scale) for each (prior, bounds,
+    scale) group; ``scale`` is the ``parameterScale`` on which a ``parameterScale*`` prior
+    applies (``lin`` for every other prior, which applies to the linear value)."""
     logprior_const: float
     """Constant part of the log-prior (truncation to bounds, implicit uniform priors)."""
     has_priors: bool
     model: Any = None
     """The hybridized :class:`~petab_sciml.sbml.OdeModel`."""
     info: dict[str, Any] = field(default_factory=dict)
+    mech_scale: tuple[str, ...] = ()
+    """``parameterScale`` of each estimated mechanistic parameter (``lin``, ``log``,
+    ``log10``): the scale the native trainable models optimize on."""
+    w_lower: np.ndarray | None = None
+    """Lower bound of every entry of ``w`` (linear scale; -inf where unbounded)."""
+    w_upper: np.ndarray | None = None
 
     # ---------------------------------------------------------------- symbol groups
     @property
@@ -292,6 +300,14 @@ class SimulationPlan:
         mask = np.zeros(self.n_w, bool)
         mask[self.free_index] = True
         return mask
+
+
+def _scaled(values: Iterable[float], scale: str) -> tuple[float, ...]:
+    """``values`` (linear) on ``scale``: ``log`` (natural) or ``log10``; 0 maps to -inf."""
+    if scale == "lin":
+        return tuple(values)
+    log = math.log if scale == "log" else math.log10
+    return tuple(-math.inf if v <= 0 else log(v) if math.isfinite(v) else v for v in values)
 
 
 def _numpy(value: Any) -> Any:
@@ -520,6 +536,7 @@ class _Builder:
         upper = [plain[p].upper if plain[p].upper is not None else math.inf for p in mech]
         self.mech_lower = np.array(lower, np.float64)
         self.mech_upper = np.array(upper, np.float64)
+        self.mech_scale = tuple(plain[p].scale for p in mech)
         w0 = [_nominal(plain[p]) for p in mech]
         free = list(range(len(mech)))
         offset = len(mech)
@@ -840,7 +857,10 @@ class _Builder:
 
     # ------------------------------------------------------------------ priors
     def _priors(self) -> None:
+        from petab_sciml.simulation.likelihood import on_parameter_scale, truncation_log_mass
+
         free = set(self.free_index.tolist())
+        scale_of = dict(zip(range(len(self.mech_ids)), self.mech_scale))
         by_key: dict[tuple, list[int]] = {}
         has = any(p is not None for p in self.w_prior)
         const = 0.0
@@ -851,13 +871,12 @@ class _Builder:
                 if has and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     const -= math.log(hi - lo)   # implicit uniform(lower, upper)
                 continue
-            by_key.setdefault((prior, lo, hi), []).append(i)
+            scale = scale_of.get(i, "lin") if on_parameter_scale(prior) else "lin"
+            by_key.setdefault((prior, lo, hi, scale), []).append(i)
         priors = []
-        for (prior, lo, hi), idx in by_key.items():
-            from petab_sciml.simulation.likelihood import truncation_log_mass
-
-            const -= len(idx) * truncation_log_mass(prior, lo, hi)
-            priors.append((prior, np.array(idx, np.int64), lo, hi))
+        for (prior, lo, hi, scale), idx in by_key.items():
+            const -= len(idx) * truncation_log_mass(prior, *_scaled((lo, hi), scale))
+            priors.append((prior, np.array(idx, np.int64), lo, hi, scale))
         self.priors = priors
         self.logprior_const = const
         self.has_priors = has
@@ -903,6 +922,9 @@ class _Builder:
             logprior_const=self.logprior_const,
             has_priors=self.has_priors,
             model=self.model,
+            mech_scale=self.mech_scale,
+            w_lower=np.asarray(self.w_lower, np.float64),
+            w_upper=np.asarray(self.w_upper, np.float64),
         )
         for net in plan.networks:
             net.input_exprs = tuple(self.model.expand(e) for e in net.input_exprs)
@@ -978,20 +1000,54 @@ def _noise_model(row: Any, where: str, builder: _Builder) -> tuple[int, int]:
 
 
 def _fingerprint(cfg: Any) -> str:
-    """Hash of the problem YAML and every file it names (content, not paths)."""
-    h = hashlib.sha256()
-    files: list[Path] = [cfg.path]
-    for names in cfg.files.values():
-        files.extend(cfg.resolve(n) for n in names)
-    files.extend(cfg.resolve(e["location"]) for e in cfg.model_files.values())
-    files.extend(cfg.resolve(n) for n in cfg.hybridization_files)
-    files.extend(cfg.resolve(n) for n in cfg.array_files)
-    files.extend(cfg.resolve(e.location) for e in cfg.networks.values() if e.location)
-    for f in files:
-        h.update(f.name.encode())
-        try:
-            h.update(f.read_bytes())
-        except OSError:
-            h.update(b"<missing>")
-    return h.hexdigest()
+    """Hash of everything that shapes the computation: the problem YAML and every file
+    or folder it names (tables, model, networks, array files), each under the name the
+    problem gives it.  Folders (an NNEF model) contribute every file below them by
+    relative path and content, so an edit to any of them changes the hash."""
+    import os
+    import stat
 
+    def hash_file(path: Path) -> None:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                h.update(b"<special>\0")
+                return
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            h.update(digest.digest())
+        except OSError:
+            h.update(b"<unreadable>\0")
+
+    def hash_path(path: Path) -> None:
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError:
+            h.update(b"<missing>\0")
+            return
+        if not is_dir:
+            hash_file(path)
+            return
+        h.update(b"<folder>\0")
+        for root, dirs, files in os.walk(path):   # symlinked folders are not entered
+            dirs.sort()
+            for name in sorted(files):
+                file = Path(root) / name
+                h.update(file.relative_to(path).as_posix().encode() + b"\0")
+                hash_file(file)
+
+    h = hashlib.sha256()
+    entries: list[tuple[str, Path]] = [("problem", cfg.path)]
+    for kind, names in cfg.files.items():
+        entries.extend((f"{kind}:{n}", cfg.resolve(n)) for n in names)
+    entries.extend((f"model:{e['location']}", cfg.resolve(e["location"]))
+                   for e in cfg.model_files.values())
+    entries.extend((f"hybridization:{n}", cfg.resolve(n)) for n in cfg.hybridization_files)
+    entries.extend((f"arrays:{n}", cfg.resolve(n)) for n in cfg.array_files)
+    entries.extend((f"network:{k}:{e.location}", cfg.resolve(e.location))
+                   for k, e in cfg.networks.items() if e.location)
+    for label, path in entries:
+        h.update(label.encode() + b"\0")
+        hash_path(path)
+    return h.hexdigest()
