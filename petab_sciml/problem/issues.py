@@ -50,8 +50,8 @@ _RULE_LIST = [
     Rule("LEGACY_LAYOUT", _E, "petab", "The problem is in the current format, not an older "
          "draft (a `problems:` list, `parameter_file`, `simulationConditionId` or "
          "`preequilibrationConditionId` in measurements, a condition table with one column "
-         "per target). Reported once, before every other issue; `petab-sciml upgrade` "
-         "rewrites such a problem."),
+         "per target; a missing extension `version` is named with these). Reported once, "
+         "before every other issue; `petab-sciml upgrade` rewrites such a problem."),
     Rule("FILE_NOT_REGULAR", _E, "tool", "Every file the problem names (and the problem YAML "
          "itself) is a regular file: not a folder (except NNEF model folders), device, FIFO "
          "or socket."),

@@ -5,7 +5,8 @@ folder, changing only what the older draft (see :mod:`petab_sciml.problem.legacy
 differently, and returns one line per change:
 
 * the single entry of ``problems:`` moves to the top level; ``parameter_file`` becomes
-  ``parameter_files``; ``format_version: 2`` becomes ``2.0.0``;
+  ``parameter_files``; ``format_version: 2`` becomes ``2.0.0``; a missing extension
+  ``version`` is added (the current one, :data:`~petab_sciml.problem.config.EXTENSION_VERSION`);
 * ``neural_nets`` becomes ``neural_networks`` and ``static`` ``pre_initialization``;
 * measurements' ``simulationConditionId`` (and ``preequilibrationConditionId``) become an
   ``experimentId`` and a new experiment table: one experiment per distinct pair, a
@@ -33,6 +34,7 @@ from typing import Any
 import yaml
 
 from petab_sciml.errors import PetabSciMLError
+from petab_sciml.problem.config import EXTENSION_VERSION, has_extension_version
 from petab_sciml.problem.entities import EntityError, parse_entity
 from petab_sciml.problem.legacy import (
     CONDITION_NAME_COLUMNS,
@@ -215,6 +217,10 @@ class _Upgrade:
             self.fail("no SciML extension (extensions.sciml) to upgrade")
         ext = dict(extensions[key])
         top["extensions"] = {**extensions, key: ext}
+        if not has_extension_version(ext):
+            ext["version"] = EXTENSION_VERSION
+            self.changes.append(f"extensions.{key}.version {EXTENSION_VERSION!r} added (the "
+                                "current format requires it)")
         if "neural_networks" not in ext and "neural_nets" not in ext:
             if any(isinstance(v, dict) and "file" in v for v in ext.values()):
                 self.fail(f"extensions.{key} lists networks with `file:` and `hybridization:` "
