@@ -1,5 +1,5 @@
-"""``validate --libpetab``: libpetab's findings beside ours, tagged, never deciding
-validity, never crashing; off by default."""
+"""``validate --libpetab``: libpetab's findings beside ours, tagged, on problems our checks
+accept; never deciding validity, never crashing; off by default."""
 
 from __future__ import annotations
 
@@ -26,16 +26,35 @@ def test_off_by_default():
 @requires_suite
 @requires_libpetab
 def test_findings_shown_beside_ours_and_tagged(tmp_path):
+    # an experiment no measurement uses: valid for us, a warning for libpetab
+    problem = copy_case(SUITE, "sciml_problem_import/003", tmp_path / "p")
+    apply(problem.parent, [{"append_row": {"file": "experiments.tsv", "cells": {
+        "experimentId": "e3", "time": "0.0", "conditionId": "cond1"}}}])
+    result = CliRunner().invoke(validate, [str(problem), "--libpetab"])
+    assert result.exit_code == 0, result.output
+    assert "LIBPETAB" in result.output and "[libpetab warning (CheckUnusedExperiments)] " \
+        "Experiments {'e3'} are not used" in result.output
+    ok = CliRunner().invoke(validate, [str(PROBLEM), "--libpetab"])
+    assert ok.exit_code == 0 and "reported 0 finding(s)" in ok.output
+
+
+@requires_suite
+def test_not_run_on_a_problem_our_checks_reject(tmp_path, monkeypatch):
+    """On an invalid problem the second opinion would only repeat ours, at a far higher
+    cost (issue 14: refused inputs validate fast): it is not run, and an info says so."""
+    def must_not_run(path):
+        raise AssertionError("libpetab ran on a problem with errors")
+
+    monkeypatch.setattr(libpetab_lint, "libpetab_findings", must_not_run)
     problem = copy_case(SUITE, "sciml_problem_import/003", tmp_path / "p")
     apply(problem.parent, [{"append_row": {"file": "hybridization.tsv", "cells": {
         "targetId": "net1_input1", "targetValue": "1.0"}}}])
     result = CliRunner().invoke(validate, [str(problem), "--libpetab"])
     assert result.exit_code == 1
     assert "HYB_CONDITION_CONFLICT" in result.output
-    assert "LIBPETAB" in result.output and "[libpetab error (CheckHybridizationTable)]" \
+    assert "libpetab's second opinion was not run: our own checks found errors" \
         in result.output
-    ok = CliRunner().invoke(validate, [str(PROBLEM), "--libpetab"])
-    assert ok.exit_code == 0 and "reported 0 finding(s)" in ok.output
+    assert "[libpetab" not in result.output
 
 
 @requires_suite
