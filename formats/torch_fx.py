@@ -111,6 +111,8 @@ def _layer_args(torch: Any, spec: LayerSpec, module: Any, path: str) -> dict[str
     args: dict[str, Any] = {}
     for arg in spec.args:
         if not arg.torch:
+            if arg.kind == "none":
+                continue  # null is its only value: writing it adds nothing PyTorch accepts
             other = getattr(arg.default, "other", None)  # default copies another argument
             args[arg.name] = args[other] if other in args else arg.default
             continue

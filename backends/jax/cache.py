@@ -159,9 +159,9 @@ def nan_errors():
 
 
 def _compiler_options() -> dict:
-    from petab_sciml.backends.jax.simulation import COMPILER_OPTIONS
+    from petab_sciml.backends.jax.simulation import supported_compiler_options
 
-    return dict(COMPILER_OPTIONS)
+    return supported_compiler_options()
 
 
 def pack_entry(key: str, blob: bytes) -> bytes:

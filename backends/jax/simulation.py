@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,20 @@ FORWARD_MODE_MAX = 512
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 """XLA options of the objective's compilation: the classic CPU emitters compile these
 while-loop-heavy programs about twice as fast, with the same run time."""
+
+
+@functools.cache
+def supported_compiler_options() -> dict[str, Any]:
+    """:data:`COMPILER_OPTIONS` where this XLA knows them (newer jaxlib releases, e.g.
+    0.12 on Python 3.12, dropped the option: it is then left out, not an error)."""
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=COMPILER_OPTIONS)(jnp.zeros(1))
+    except Exception:  # noqa: BLE001 - XLA raises JaxRuntimeError for an unknown option
+        return {}
+    return dict(COMPILER_OPTIONS)
 
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
 SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
@@ -613,7 +628,7 @@ class JaxExecutor:
         import jax
 
         fn = self.value_and_grad_fn() if kind == "value_and_grad" else self.value_fn()
-        jitted = jax.jit(fn, compiler_options=COMPILER_OPTIONS)
+        jitted = jax.jit(fn, compiler_options=supported_compiler_options())
         if self.cache is not None:
             jitted = self.cache.wrap(self, kind, jitted)
         self._compiled[kind] = jitted
