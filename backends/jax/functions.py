@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from petab_sciml.catalogue import implicit_softmax_dim
+from petab_sciml.catalogue import POOL_FUNCTIONS, implicit_softmax_dim
 
 from . import ops
 
@@ -187,8 +187,32 @@ def _mul(input, other, **_):
 
 
 @_impl("div")
-def _div(input, other, **_):
+def _div(input, other, rounding_mode=None, **_):
+    if rounding_mode == "floor":
+        return jnp.floor_divide(input, other) if _integral(input, other) \
+            else jnp.floor(input / other)
+    if rounding_mode == "trunc":
+        return jnp.trunc(input / other)
     return input / other
+
+
+def _integral(*values) -> bool:
+    return all(jnp.issubdtype(jnp.result_type(v), jnp.integer) for v in values)
+
+
+@_impl("cumsum")
+def _cumsum(input, dim, **_):
+    return jnp.cumsum(input, axis=dim)
+
+
+@_impl("floor_divide")
+def _floor_divide(input, other, **_):
+    return _div(input, other, "floor")
+
+
+@_impl("remainder")
+def _remainder(input, other, **_):
+    return input - other * _div(input, other, "floor")
 
 
 @_impl("neg")
@@ -477,3 +501,20 @@ def _pad(input, pad, mode, value, **_):
         if lo or hi:
             x = jnp.take(x, jnp.asarray(_pad_indices(x.shape[axis], lo, hi, mode)), axis=axis)
     return x
+
+
+# --------------------------------------------------------------------------- functional pools
+def _layer_function(name: str):
+    """A functional pool (``F.max_pool2d``...) runs the layer of the same maths."""
+    layer_type = POOL_FUNCTIONS[name]
+
+    def apply(input, **config):
+        from .layers import make_layer
+
+        return make_layer(layer_type, config, {}).apply(input)
+
+    return apply
+
+
+for _name in POOL_FUNCTIONS:
+    FUNCTIONS[_name] = _layer_function(_name)

@@ -25,8 +25,22 @@ def sub(input: Any, other: Any, alpha: float = 1) -> Any:
     return input - other if alpha == 1 else input - alpha * other
 
 
-def div(input: Any, other: Any, rounding_mode: None = None) -> Any:
-    return input / other
+def div(input: Any, other: Any, rounding_mode: str | None = None) -> Any:
+    if rounding_mode is None:
+        return input / other
+    if not isinstance(input, torch.Tensor) and not isinstance(other, torch.Tensor):
+        input = torch.as_tensor(input)
+    return torch.div(input, other, rounding_mode=rounding_mode)
+
+
+def floor_divide(input: Any, other: Any) -> Any:
+    return div(input, other, "floor")
+
+
+def remainder(input: Any, other: Any) -> Any:
+    if not isinstance(input, torch.Tensor):
+        return torch.remainder(torch.as_tensor(input, dtype=other.dtype), other)
+    return torch.remainder(input, other)
 
 
 def softmax(input: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -144,4 +158,9 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "gt": operator.gt, "lt": operator.lt, "ge": operator.ge, "le": operator.le,
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
+    "floor_divide": floor_divide, "remainder": remainder, "cumsum": torch.cumsum,
+    "local_response_norm": F.local_response_norm,
+    **{f"{kind}{n}d": getattr(F, f"{kind}{n}d") for n in (1, 2, 3)
+       for kind in ("max_pool", "avg_pool", "lp_pool", "adaptive_avg_pool",
+                    "adaptive_max_pool")},
 }

@@ -29,17 +29,20 @@ def _unary(im: _Importer, node: Any, ins: list) -> None:
     x = im.tensor(ins[0], node)
     im.bind(node, 0, im.emit(_UNARY[node.op_type], [x], name=im.out_name(node)))
 
+
 @handles("Elu", "Celu")
 def _elu(im: _Importer, node: Any, ins: list) -> None:
     alpha = _f32(im.attrs(node).get("alpha", 1.0))
     im.bind(node, 0, im.emit(node.op_type.lower(), [im.tensor(ins[0], node)],
                              {"alpha": alpha}, name=im.out_name(node)))
 
+
 @handles("LeakyRelu")
 def _leaky(im: _Importer, node: Any, ins: list) -> None:
     alpha = _f32(im.attrs(node).get("alpha", 0.01))
     im.bind(node, 0, im.emit("leaky_relu", [im.tensor(ins[0], node)],
                              {"negative_slope": alpha}, name=im.out_name(node)))
+
 
 @handles("Selu")
 def _selu(im: _Importer, node: Any, ins: list) -> None:
@@ -52,6 +55,7 @@ def _selu(im: _Importer, node: Any, ins: list) -> None:
     e = im.emit("elu", [x], {"alpha": _f32(alpha)})
     im.bind(node, 0, im.emit("mul", [e, _f32(gamma)], name=im.out_name(node)))
 
+
 @handles("HardSigmoid")
 def _hardsigmoid(im: _Importer, node: Any, ins: list) -> None:
     a = im.attrs(node)
@@ -63,11 +67,13 @@ def _hardsigmoid(im: _Importer, node: Any, ins: list) -> None:
     y = im.emit("add", [im.emit("mul", [x, _f32(alpha)]), _f32(beta)])
     im.bind(node, 0, im.emit("clamp", [y], {"min": 0.0, "max": 1.0}, name=im.out_name(node)))
 
+
 @handles("Gelu")
 def _gelu(im: _Importer, node: Any, ins: list) -> None:
     approx = im.attrs(node).get("approximate", "none")
     im.bind(node, 0, im.emit("gelu", [im.tensor(ins[0], node)], {"approximate": approx},
                              name=im.out_name(node)))
+
 
 @handles("Clip")
 def _clip(im: _Importer, node: Any, ins: list) -> None:
@@ -86,6 +92,7 @@ def _clip(im: _Importer, node: Any, ins: list) -> None:
     im.bind(node, 0, im.emit("clamp", [im.tensor(x, node)], {"min": lo, "max": hi},
                              name=im.out_name(node)))
 
+
 @handles("Softmax", "LogSoftmax")
 def _softmax(im: _Importer, node: Any, ins: list) -> None:
     fn = "softmax" if node.op_type == "Softmax" else "log_softmax"
@@ -96,19 +103,60 @@ def _softmax(im: _Importer, node: Any, ins: list) -> None:
     if im.opset >= 13:
         im.bind(node, 0, im.emit(fn, [ref], {"dim": axis}, name=im.out_name(node)))
         return
-    # Opsets < 13: softmax over the input coerced to 2-D at ``axis``.
+    # Opsets < 13: softmax over the input coerced to 2-D at ``axis`` (over all axes from
+    # ``axis`` on, jointly).
     if rank is None:
-        raise im.error(node, "opset < 13 softmax needs the input rank")
+        raise im.error(node, f"{node.op_type} before opset 13 needs the input rank")
     axis = im.norm_axis(node, axis, rank)
     if axis == rank - 1:
         im.bind(node, 0, im.emit(fn, [ref], {"dim": -1}, name=im.out_name(node)))
         return
     shape = im.static_shape(x)
-    if shape is None:
-        raise im.error(node, "opset < 13 softmax over several axes needs a static shape")
-    flat = im.emit("flatten", [ref], {"start_dim": axis, "end_dim": -1})
-    s = im.emit(fn, [flat], {"dim": -1})
-    im.bind(node, 0, im.emit("reshape", [s], {"shape": list(shape)}, name=im.out_name(node)))
+    if shape is not None:
+        flat = im.emit("flatten", [ref], {"start_dim": axis, "end_dim": -1})
+        s = im.emit(fn, [flat], {"dim": -1})
+        im.bind(node, 0, im.emit("reshape", [s], {"shape": list(shape)},
+                                 name=im.out_name(node)))
+        return
+    # Sizes known only at run time: the same maths with reductions over those axes.
+    dims = list(range(axis, rank))
+    shifted = im.emit("sub", [ref, im.emit("amax", [ref], {"dim": dims, "keepdim": True})])
+    total = im.emit("sum", [im.emit("exp", [shifted])], {"dim": dims, "keepdim": True})
+    if fn == "softmax":
+        out = im.emit("div", [im.emit("exp", [shifted]), total], name=im.out_name(node))
+    else:
+        out = im.emit("sub", [shifted, im.emit("log", [total])], name=im.out_name(node))
+    im.bind(node, 0, out)
+
+
+@handles("Hardmax")
+def _hardmax(im: _Importer, node: Any, ins: list) -> None:
+    """1.0 at the first maximum along ``axis`` (before opset 13: over all axes from
+    ``axis`` on, flattened), 0.0 elsewhere."""
+    x = ins[0]
+    rank = im.rank(x)
+    axis = im.attrs(node).get("axis", -1 if im.opset >= 13 else 1)
+    if rank is None:
+        raise im.error(node, "Hardmax needs the input rank")
+    axis = im.norm_axis(node, axis, rank)
+    ref = im.tensor(x, node)
+    shape = None
+    if im.opset < 13 and axis < rank - 1:
+        shape = im.static_shape(x)
+        if shape is None:
+            raise im.error(node, "Hardmax before opset 13 over several axes needs a static "
+                           "input shape")
+        ref = im.emit("flatten", [ref], {"start_dim": axis, "end_dim": -1})
+        axis = -1
+    peak = im.emit("eq", [ref, im.emit("amax", [ref], {"dim": [axis], "keepdim": True})])
+    ones = im.emit("where", [peak, 1.0, 0.0])
+    first = im.emit("eq", [im.emit("cumsum", [ones], {"dim": axis}), 1.0])
+    out = im.emit("where", [first, ones, 0.0],
+                  name=None if shape is not None else im.out_name(node))
+    if shape is not None:
+        out = im.emit("reshape", [out], {"shape": list(shape)}, name=im.out_name(node))
+    im.bind(node, 0, out)
+
 
 @handles("Erf")
 def _erf(im: _Importer, node: Any, ins: list) -> None:
@@ -134,6 +182,7 @@ def _erf(im: _Importer, node: Any, ins: list) -> None:
     im.done.update(consumed)
     ref = im.emit("gelu", [x], {"approximate": "none"}, name=last.output[0])
     im.env[last.output[0]] = _T(ref, im.shapes.get(last.output[0]))
+
 
 def _gelu_chain(im: _Importer, erf: Any, x: str) -> tuple[Any, list[int]] | None:
     nxt = im.sole_consumer(erf.output[0])
@@ -165,6 +214,7 @@ def _gelu_chain(im: _Importer, erf: Any, x: str) -> tuple[Any, list[int]] | None
         return None
     return cur, consumed
 
+
 def _is_const(im: _Importer, name: str, value: float) -> bool:
     """Whether ``name`` is a size-1 constant equal to ``value`` (looking ahead at
     Constant nodes that come later in the graph)."""
@@ -179,6 +229,7 @@ def _is_const(im: _Importer, name: str, value: float) -> bool:
             return False
         v = _C(np.asarray(raw))
     return isinstance(v, _C) and v.value.size == 1 and _close(float(v.value.reshape(())), value)
+
 
 @handles("PRelu")
 def _prelu(im: _Importer, node: Any, ins: list) -> None:
@@ -216,6 +267,7 @@ def _prelu(im: _Importer, node: Any, ins: list) -> None:
         s = im.emit("reshape", [s], {"shape": [int(s_shape[0])] + [1] * (rank - 2)})
     im.bind(node, 0, im.emit("where", [im.emit("gt", [ref, 0.0]), ref,
                                        im.emit("mul", [ref, s])], name=im.out_name(node)))
+
 
 def _prelu_slope(im: _Importer, node: Any, x: Any, shape: Sequence[int]) -> bool:
     """Keep ``Reshape``/``Unsqueeze`` of a parameter that only feeds a PRelu slope lazy

@@ -19,6 +19,7 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 def _reciprocal(im: _Importer, node: Any, ins: list) -> None:
     im.bind(node, 0, im.emit("div", [1.0, im.tensor(ins[0], node)], name=im.out_name(node)))
 
+
 @handles(*_BINARY)
 def _binary(im: _Importer, node: Any, ins: list) -> None:
     a, b = ins[0], im.broadcast_old(node, ins[0], ins[1])
@@ -34,6 +35,7 @@ def _binary(im: _Importer, node: Any, ins: list) -> None:
         raise im.error(node, "both operands are numbers")
     im.bind(node, 0, im.emit(fn, [x, y], name=im.out_name(node)))
 
+
 def _is_relu_abs(im: _Importer, v: Any, y: Any) -> bool:
     if not isinstance(v, _T) or not isinstance(y, _T):
         return False
@@ -42,6 +44,7 @@ def _is_relu_abs(im: _Importer, v: Any, y: Any) -> bool:
         return False
     q = im.prov.get(p[1][0])
     return bool(q) and q[0] == "abs" and q[1][0] == y.ref
+
 
 @handles("Sum", "Mean", "Max", "Min")
 def _variadic(im: _Importer, node: Any, ins: list) -> None:
@@ -68,14 +71,17 @@ def _variadic(im: _Importer, node: Any, ins: list) -> None:
         acc = im.emit("div", [acc, float(len(vals))], name=im.out_name(node))
     im.bind(node, 0, acc)
 
+
 @handles(*_COMPARE)
 def _compare(im: _Importer, node: Any, ins: list) -> None:
     b = im.broadcast_old(node, ins[0], ins[1])
     im.env[node.output[0]] = _Lazy("compare", (node.op_type, ins[0], b), node)
 
+
 @handles("Sign")
 def _sign(im: _Importer, node: Any, ins: list) -> None:
     im.env[node.output[0]] = _Lazy("sign", (ins[0],), node)
+
 
 @handles("Where")
 def _where(im: _Importer, node: Any, ins: list) -> None:
@@ -101,6 +107,7 @@ def _where(im: _Importer, node: Any, ins: list) -> None:
     top = _T("", (None,) * max(ranks)) if ranks else None
     a, b = im.operand(x, node, top), im.operand(y, node, top)
     im.bind(node, 0, im.emit("where", [c, a, b], name=im.out_name(node)))
+
 
 def _softplus_beta(im: _Importer, x: str, bx: str, y: str) -> float | None:
     """beta if ``y`` is softplus(bx)/beta with bx = beta*x (beta = 1: either may be absent)."""

@@ -1,5 +1,4 @@
-"""Identity, Cast, Constant, and the ops lifted only on constants (Shape, Range, ...).
-"""
+"""Identity, Cast, Constant, and the ops lifted only on constants (Shape, Range, ...)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 @handles("Identity")
 def _identity(im: _Importer, node: Any, ins: list) -> None:
     im.alias(node, 0, ins[0])
+
 
 @handles("Cast", "CastLike")
 def _cast(im: _Importer, node: Any, ins: list) -> None:
@@ -39,6 +39,7 @@ def _cast(im: _Importer, node: Any, ins: list) -> None:
                        "(networks compute in floating point; comparisons are bool)")
     im.alias(node, 0, x)
 
+
 @handles("Constant")
 def _constant(im: _Importer, node: Any, ins: list) -> None:
     a = im.attrs(node)
@@ -55,6 +56,7 @@ def _constant(im: _Importer, node: Any, ins: list) -> None:
     else:
         raise im.error(node, f"Constant with attribute {sorted(a)} is not supported")
     im.env[node.output[0]] = _C(value, node.output[0])
+
 
 @handles("Shape", "Size", "ConstantOfShape", "Range", "Not", "And", "Or",
           "Floor", "Ceil", "Round", "Mod", "NonZero", "ArgMax", "ArgMin")

@@ -1,5 +1,4 @@
-"""Conv and ConvTranspose -> Conv1d/2d/3d and ConvTranspose1d/2d/3d layers.
-"""
+"""Conv and ConvTranspose -> Conv1d/2d/3d and ConvTranspose1d/2d/3d layers."""
 
 from __future__ import annotations
 
@@ -42,12 +41,14 @@ def _conv_geometry(im: _Importer, node: Any, x: Any, kernel: Sequence[int],
     return {"strides": strides, "dil": dil, "same": False, "n": n,
             "begins": pads[:n], "ends": pads[n:]}
 
+
 def _layer_source(im: _Importer, node: Any, v: Any, what: str) -> tuple[np.ndarray, Any]:
     a = im.array(v)
     if a is None:
         raise im.error(node, f"the {what} is computed from the network inputs; only "
                        "initializer (or constant) weights are supported")
     return a, v
+
 
 @handles("Conv")
 def _conv(im: _Importer, node: Any, ins: list) -> None:
@@ -76,6 +77,7 @@ def _conv(im: _Importer, node: Any, ins: list) -> None:
     if b is not None:
         arrays["bias"] = (*_layer_source(im, node, b, "bias"), "")
     im.bind(node, 0, im.add_layer(node, f"Conv{n}d", args, arrays, [ref]))
+
 
 @handles("ConvTranspose")
 def _conv_transpose(im: _Importer, node: Any, ins: list) -> None:

@@ -1,5 +1,4 @@
-"""Dropout -> a Dropout layer (an identity at inference).
-"""
+"""Dropout -> a Dropout layer (an identity at inference)."""
 
 from __future__ import annotations
 

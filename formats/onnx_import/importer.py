@@ -97,6 +97,7 @@ class _Importer:
         self.shared_layers: dict[tuple, str] = {}
         self.buffer_inits: set[str] = set()
         self._counter: dict[str, int] = {}
+        self.inference_error: str | None = None
 
     # ------------------------------------------------------------------ setup
     def _default_opset(self, model: Any) -> int:
@@ -107,7 +108,6 @@ class _Importer:
                            file=self.source)
 
     def _prepare(self) -> None:
-        onnx = self.onnx
         from onnx import numpy_helper
 
         if self.opset < MIN_OPSET:
@@ -150,10 +150,7 @@ class _Importer:
             for p in n.metadata_props)
         # Static shapes from ONNX shape inference (with data propagation).
         self.shapes: dict[str, tuple | None] = {}
-        try:
-            inferred = onnx.shape_inference.infer_shapes(self.model, data_prop=True)
-        except Exception:
-            inferred = self.model
+        inferred = self._infer_shapes()
         for vi in (list(inferred.graph.value_info) + list(inferred.graph.input)
                    + list(inferred.graph.output)):
             self.shapes[vi.name] = self._shape_of_type(vi.type)
@@ -167,6 +164,35 @@ class _Importer:
         self.env: dict[str, Any] = {}
         for name, value in self.inits.items():
             self.env[name] = self._init_value(name, value)
+
+    def _infer_shapes(self) -> Any:
+        """The model with ONNX shape inference's value types.
+
+        Inference runs on a copy in the current IR: files of IR versions 3 to 6 list every
+        initializer among the graph inputs (as overridable defaults, often without a
+        shape), and inference then neither uses their values (a Reshape's target shape)
+        nor, below IR 4, their shapes; the copy keeps initializers as constants only.
+        When inference fails the reason is kept, and errors that need a rank or shape
+        say that inference failed and why.
+        """
+        onnx = self.onnx
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        inits = {t.name for t in probe.graph.initializer}
+        kept = [vi for vi in probe.graph.input if vi.name not in inits]
+        del probe.graph.input[:]
+        probe.graph.input.extend(kept)
+        probe.ir_version = max(int(probe.ir_version), 4)  # initializers need not be inputs
+        for data_prop in (True, False):
+            try:
+                return onnx.shape_inference.infer_shapes(probe, data_prop=data_prop)
+            except Exception as exc:  # noqa: BLE001 - any failure means no shapes
+                first = str(exc).strip().splitlines()
+                self.inference_error = f"{type(exc).__name__}: {first[0] if first else ''}"
+        self.warnings.append(f"ONNX shape inference failed on this model "
+                             f"({self.inference_error}); ops that need a static rank or "
+                             "shape cannot be converted")
+        return probe
 
     @staticmethod
     def _shape_of_type(tp: Any) -> tuple | None:
@@ -323,6 +349,8 @@ class _Importer:
         return f"node {node.name or node.op_type!r}"
 
     def error(self, node: Any, message: str) -> NetworkError:
+        if self.inference_error and re.search(r"\b(rank|shape|sizes?)\b", message):
+            message += f" (ONNX shape inference failed on this model: {self.inference_error})"
         return NetworkError(f"ONNX op {node.op_type} (opset {self.opset}): {message}",
                             file=self.source, entry=self._where(node))
 
@@ -698,7 +726,7 @@ class _Importer:
         self._check_fused(node, lid, layer_type, arrays)
         self.layer_ids.add(lid)
         self.layers.append({"layer_id": lid, "layer_type": layer_type, "args": args})
-        trainable = {a.name: a.trainable for a in spec.arrays}
+        trainable = {a.name: a.trainable for a in spec.array_specs(config)}
         for name, (value, src, transform) in arrays.items():
             self.params.setdefault(lid, {})[name] = np.array(value)
             if isinstance(src, _Lazy) and src.kind == "transpose":

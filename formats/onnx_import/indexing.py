@@ -1,5 +1,4 @@
-"""Concat, Split, Slice, Gather, GatherND, Tile, Expand and Pad.
-"""
+"""Concat, Split, Slice, Gather, GatherND, Tile, Expand and Pad."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ def _concat(im: _Importer, node: Any, ins: list) -> None:
         return
     im.bind(node, 0, im.emit("cat", [refs], {"dim": axis}, name=im.out_name(node)))
 
+
 @handles("Split")
 def _split(im: _Importer, node: Any, ins: list) -> None:
     at = im.attrs(node)
@@ -51,6 +51,7 @@ def _split(im: _Importer, node: Any, ins: list) -> None:
             r = im.slice_axis(ref, node, axis, start, start + s, rank)
             im.bind(node, i, r)
         start += s
+
 
 @handles("Slice")
 def _slice(im: _Importer, node: Any, ins: list) -> None:
@@ -111,6 +112,7 @@ def _slice(im: _Importer, node: Any, ins: list) -> None:
         return
     im.bind(node, 0, im.emit("getitem", [ref], {"index": index}, name=im.out_name(node)))
 
+
 def _flipped_bounds(im: _Importer, node: Any, start: int, end: int, size: int | None
                     ) -> tuple[int, int]:
     """ONNX Slice bounds of a negative step on an axis of ``size`` as bounds on the flipped
@@ -133,6 +135,7 @@ def _flipped_bounds(im: _Importer, node: Any, start: int, end: int, size: int | 
     else:
         raise im.error(node, f"a negative-step slice to {end} needs the static axis size")
     return fst, fen
+
 
 @handles("Gather")
 def _gather(im: _Importer, node: Any, ins: list) -> None:
@@ -166,6 +169,7 @@ def _gather(im: _Importer, node: Any, ins: list) -> None:
         out = im.emit("reshape", [out], {"shape": [int(d) for d in new]})
     im.bind(node, 0, out)
 
+
 def _take(im: _Importer, node: Any, ref: str, axis: int, indices: np.ndarray,
           rank: int | None) -> str:
     """``ref`` indexed along ``axis`` by constant non-negative indices (runs of
@@ -178,6 +182,7 @@ def _take(im: _Importer, node: Any, ref: str, axis: int, indices: np.ndarray,
             runs.append([k, k + 1])
     pieces = [im.slice_axis(ref, node, axis, a, b, rank) for a, b in runs]
     return pieces[0] if len(pieces) == 1 else im.emit("cat", [pieces], {"dim": axis})
+
 
 @handles("GatherND")
 def _gather_nd(im: _Importer, node: Any, ins: list) -> None:
@@ -205,6 +210,7 @@ def _gather_nd(im: _Importer, node: Any, ins: list) -> None:
                       name=im.out_name(node))
     im.bind(node, 0, out, target)
 
+
 def _tile(im: _Importer, node: Any, ref: str, repeats: Sequence[int]) -> str:
     for axis, r in enumerate(repeats):
         if r == 1:
@@ -213,6 +219,7 @@ def _tile(im: _Importer, node: Any, ref: str, repeats: Sequence[int]) -> str:
             raise im.error(node, f"repeat count {r} is not supported")
         ref = im.emit("cat", [[ref] * int(r)], {"dim": axis})
     return ref
+
 
 @handles("Tile")
 def _tile_op(im: _Importer, node: Any, ins: list) -> None:
@@ -224,6 +231,7 @@ def _tile_op(im: _Importer, node: Any, ins: list) -> None:
         shape = im.static_shape(ins[0])
         im.bind(node, 0, out, None if shape is None else
                 [d * r for d, r in zip(shape, repeats)])
+
 
 @handles("Expand")
 def _expand(im: _Importer, node: Any, ins: list) -> None:
@@ -240,6 +248,7 @@ def _expand(im: _Importer, node: Any, ins: list) -> None:
     repeats = [t if s == 1 else 1 for s, t in zip(src, tgt)]
     out = _tile(im, node, ref, repeats)
     im.bind(node, 0, out, [max(s, t) for s, t in zip(src, tgt)])
+
 
 @handles("Pad")
 def _pad_op(im: _Importer, node: Any, ins: list) -> None:

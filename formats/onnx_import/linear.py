@@ -24,9 +24,11 @@ def _as_weight(im: _Importer, v: Any) -> tuple[np.ndarray, _P, bool] | None:
         return im.inits[v.args[0].init], v.args[0], True
     return None
 
+
 def _weight_named(im: _Importer, p: _P) -> bool:
     """Whether an initializer is named like a module's weight (``fc.weight``)."""
     return any(n.endswith(".weight") for n in (p.alias, p.init, *im._folded_from(p.init)))
+
 
 def _bias_of(im: _Importer, node: Any, out_name: str, n_out: int, in_rank: int | None
              ) -> tuple[np.ndarray, _P, int, str] | None:
@@ -46,6 +48,7 @@ def _bias_of(im: _Importer, node: Any, out_name: str, n_out: int, in_rank: int |
         return value.reshape(n_out), b, i, "" if value.ndim == 1 else "reshaped"
     return None
 
+
 @handles("Transpose")
 def _transpose(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
@@ -61,6 +64,7 @@ def _transpose(im: _Importer, node: Any, ins: list) -> None:
         return
     im.bind(node, 0, im.emit("permute", [im.tensor(x, node)], {"dims": perm},
                              name=im.out_name(node)))
+
 
 @handles("MatMul")
 def _matmul(im: _Importer, node: Any, ins: list) -> None:
@@ -88,6 +92,7 @@ def _matmul(im: _Importer, node: Any, ins: list) -> None:
             return
     im.bind(node, 0, im.emit("matmul", [im.tensor(a, node), im.tensor(b, node)],
                              name=im.out_name(node)))
+
 
 @handles("Gemm")
 def _gemm(im: _Importer, node: Any, ins: list) -> None:
@@ -144,6 +149,7 @@ def _gemm(im: _Importer, node: Any, ins: list) -> None:
             cc = im.emit("mul", [cc, _f32(beta)]) if isinstance(cc, str) else cc * beta
         out = im.emit("add", [out, cc])
     im.bind(node, 0, out)
+
 
 @handles("Einsum")
 def _einsum(im: _Importer, node: Any, ins: list) -> None:

@@ -1,5 +1,4 @@
-"""BatchNormalization, InstanceNormalization, LayerNormalization and LRN -> norm layers.
-"""
+"""BatchNormalization, InstanceNormalization, LayerNormalization and LRN -> norm layers."""
 
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ def _affine(im: _Importer, node: Any, scale: Any, bias: Any, n: int
     arrays = {"weight": (s.reshape(n), scale, ""),
               "bias": (bb.reshape(n), bias, "" if bias is not None else "zeros (absent)")}
     return True, arrays
+
 
 @handles("BatchNormalization")
 def _batchnorm(im: _Importer, node: Any, ins: list) -> None:
@@ -61,6 +61,7 @@ def _batchnorm(im: _Importer, node: Any, ins: list) -> None:
     n = 1 if rank <= 3 else rank - 2
     im.bind(node, 0, im.add_layer(node, f"BatchNorm{n}d", args, arrays, [im.tensor(x, node)]))
 
+
 def _batchnorm_generic(im: _Importer, node: Any, ins: list, rank: int, eps: float) -> None:
     """Inference BatchNorm of computed statistics:
     (x - mean) * scale / sqrt(var + eps) + bias, per channel (axis 1)."""
@@ -79,6 +80,7 @@ def _batchnorm_generic(im: _Importer, node: Any, ins: list, rank: int, eps: floa
     y = im.emit("mul", [im.emit("sub", [x, m]), inv])
     im.bind(node, 0, im.emit("add", [y, b], name=im.out_name(node)))
 
+
 @handles("InstanceNormalization")
 def _instancenorm(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
@@ -94,6 +96,7 @@ def _instancenorm(im: _Importer, node: Any, ins: list) -> None:
             "affine": affine, "track_running_stats": False}
     im.bind(node, 0, im.add_layer(node, f"InstanceNorm{rank - 2}d", args, arrays,
                                   [im.tensor(x, node)]))
+
 
 @handles("LayerNormalization")
 def _layernorm(im: _Importer, node: Any, ins: list) -> None:
@@ -143,3 +146,24 @@ def _layernorm(im: _Importer, node: Any, ins: list) -> None:
     if bias is not None:
         y = im.emit("add", [y, im.operand(bias, node, x)])
     im.bind(node, 0, y)
+
+
+@handles("LRN")
+def _lrn(im: _Importer, node: Any, ins: list) -> None:
+    """LRN -> LocalResponseNorm.  Both average x**2 over ``size`` channels; for an even
+    size ONNX's window reaches one channel further up (``[c - (size-1)//2, c + size//2]``)
+    and PyTorch's one further down, so even sizes run on the channel-flipped input."""
+    at = im.attrs(node)
+    if "size" not in at:
+        raise im.error(node, "LRN needs its size attribute")
+    size = int(at["size"])
+    args = {"size": size, "alpha": _f32(at.get("alpha", 1e-4)),
+            "beta": _f32(at.get("beta", 0.75)), "k": _f32(at.get("bias", 1.0))}
+    x = im.tensor(ins[0], node)
+    if size % 2:
+        im.bind(node, 0, im.add_layer(node, "LocalResponseNorm", args, {}, [x],
+                                      out_hint=im.out_name(node)))
+        return
+    flipped = im.emit("flip", [x], {"dims": [1]})
+    y = im.add_layer(node, "LocalResponseNorm", args, {}, [flipped])
+    im.bind(node, 0, im.emit("flip", [y], {"dims": [1]}, name=im.out_name(node)))

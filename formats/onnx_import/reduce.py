@@ -14,6 +14,7 @@ _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceSumSquare": "sum",
            "ReduceL1": "sum", "ReduceL2": "sum", "ReduceLogSum": "sum",
            "ReduceLogSumExp": "sum"}
 
+
 @handles(*_REDUCE)
 def _reduce(im: _Importer, node: Any, ins: list) -> None:
     at = im.attrs(node)
@@ -48,6 +49,7 @@ def _reduce(im: _Importer, node: Any, ins: list) -> None:
         out = im.emit("log", [out], name=im.out_name(node))
     im.bind(node, 0, out)
 
+
 @handles("ReduceMax", "ReduceMin")
 def _reduce_max(im: _Importer, node: Any, ins: list) -> None:
     """ReduceMax/ReduceMin as amax/amin (no axes: over everything)."""
@@ -63,6 +65,7 @@ def _reduce_max(im: _Importer, node: Any, ins: list) -> None:
         kwargs["dim"] = axes
     fn = "amax" if node.op_type == "ReduceMax" else "amin"
     im.bind(node, 0, im.emit(fn, [im.tensor(x, node)], kwargs, name=im.out_name(node)))
+
 
 @handles("ReduceProd")
 def _reduce_prod(im: _Importer, node: Any, ins: list) -> None:

@@ -1,5 +1,4 @@
-"""Flatten, Reshape, Squeeze, Unsqueeze, DepthToSpace and SpaceToDepth.
-"""
+"""Flatten, Reshape, Squeeze, Unsqueeze, DepthToSpace and SpaceToDepth."""
 
 from __future__ import annotations
 
@@ -33,10 +32,12 @@ def _flatten_range(in_shape: Sequence[int | None], out_shape: Sequence[int]
             return s, e
     return None
 
+
 def _flatten_layer(im: _Importer, node: Any, ref: str, start: int, end: int, rank: int
                    ) -> str:
     args = {"start_dim": start, "end_dim": -1 if end == rank - 1 else end}
     return im.add_layer(node, "Flatten", args, {}, [ref])
+
 
 @handles("Flatten")
 def _flatten(im: _Importer, node: Any, ins: list) -> None:
@@ -60,6 +61,7 @@ def _flatten(im: _Importer, node: Any, ins: list) -> None:
     inner = im.emit("flatten", [ref], {"start_dim": axis, "end_dim": -1})
     im.bind(node, 0, im.emit("flatten", [inner], {"start_dim": 0, "end_dim": axis - 1},
                              name=im.out_name(node)))
+
 
 @handles("Reshape")
 def _reshape(im: _Importer, node: Any, ins: list) -> None:
@@ -112,6 +114,7 @@ def _reshape(im: _Importer, node: Any, ins: list) -> None:
     im.bind(node, 0, im.emit("reshape", [ref], {"shape": list(out or target)},
                              name=im.out_name(node)), out)
 
+
 def _axes(im: _Importer, node: Any, ins: list, index: int = 1) -> list[int] | None:
     at = im.attrs(node)
     if "axes" in at:
@@ -120,12 +123,14 @@ def _axes(im: _Importer, node: Any, ins: list, index: int = 1) -> list[int] | No
         return [int(a) for a in np.asarray(im.static(node, index, "axes")).reshape(-1)]
     return None
 
+
 @handles("Squeeze")
 def _squeeze(im: _Importer, node: Any, ins: list) -> None:
     axes = _axes(im, node, ins)
     x = im.tensor(ins[0], node)
     kwargs = {} if axes is None else {"dim": axes if len(axes) != 1 else axes[0]}
     im.bind(node, 0, im.emit("squeeze", [x], kwargs, name=im.out_name(node)))
+
 
 @handles("Unsqueeze")
 def _unsqueeze(im: _Importer, node: Any, ins: list) -> None:
@@ -152,6 +157,7 @@ def _unsqueeze(im: _Importer, node: Any, ins: list) -> None:
         last = k == len(norm) - 1
         ref = im.emit("unsqueeze", [ref], {"dim": a}, name=im.out_name(node) if last else None)
     im.bind(node, 0, ref)
+
 
 @handles("DepthToSpace", "SpaceToDepth")
 def _depth_space(im: _Importer, node: Any, ins: list) -> None:
