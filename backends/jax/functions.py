@@ -200,6 +200,29 @@ def _integral(*values) -> bool:
     return all(jnp.issubdtype(jnp.result_type(v), jnp.integer) for v in values)
 
 
+@_impl("floor")
+def _floor(input, **_):
+    return jnp.floor(input)
+
+
+@_impl("ceil")
+def _ceil(input, **_):
+    return jnp.ceil(input)
+
+
+@_impl("round")
+def _round(input, decimals=0, **_):
+    if decimals == 0:
+        return jnp.round(input)  # half to even, as PyTorch
+    scale = 10.0 ** decimals
+    return jnp.round(input * scale) / scale
+
+
+@_impl("trunc")
+def _trunc(input, **_):
+    return jnp.trunc(input)
+
+
 @_impl("cumsum")
 def _cumsum(input, dim, **_):
     return jnp.cumsum(input, axis=dim)

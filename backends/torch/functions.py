@@ -159,6 +159,7 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
     "floor_divide": floor_divide, "remainder": remainder, "cumsum": torch.cumsum,
+    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "local_response_norm": F.local_response_norm,
     **{f"{kind}{n}d": getattr(F, f"{kind}{n}d") for n in (1, 2, 3)
        for kind in ("max_pool", "avg_pool", "lp_pool", "adaptive_avg_pool",

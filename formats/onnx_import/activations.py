@@ -19,6 +19,7 @@ _UNARY = {
     "Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Exp": "exp", "Log": "log",
     "Sqrt": "sqrt", "Abs": "abs", "Neg": "neg", "Softsign": "softsign", "Softplus": "softplus",
     "HardSwish": "hardswish", "Mish": "mish", "Sin": "sin", "Cos": "cos",
+    "Floor": "floor", "Ceil": "ceil", "Round": "round",
 }
 _SELU_ALPHA = 1.6732632423543772
 _SELU_GAMMA = 1.0507009873554805

@@ -1,6 +1,5 @@
 """Element-wise arithmetic: Add, Sub, Mul, Div, Pow, Reciprocal, Sum/Mean/Max/Min,
-comparisons, Sign and Where (with the softplus threshold pattern).
-"""
+comparisons, Sign, Where (with the softplus threshold pattern) and CumSum."""
 
 from __future__ import annotations
 
@@ -128,3 +127,20 @@ def _softplus_beta(im: _Importer, x: str, bx: str, y: str) -> float | None:
     if not r or r[0] != "softplus" or r[1][0] != bx or r[2] or not _close(mul_beta, div_beta):
         return None
     return _f32(mul_beta)
+
+
+@handles("CumSum")
+def _cumsum(im: _Importer, node: Any, ins: list) -> None:
+    """CumSum; ``reverse`` on the flipped axis, ``exclusive`` minus the element itself."""
+    at = im.attrs(node)
+    axis = int(np.asarray(im.static(node, 1, "axis")).reshape(()))
+    reverse, exclusive = bool(at.get("reverse")), bool(at.get("exclusive"))
+    x = im.tensor(ins[0], node)
+    name = im.out_name(node)
+    src = im.emit("flip", [x], {"dims": [axis]}) if reverse else x
+    y = im.emit("cumsum", [src], {"dim": axis}, name=None if reverse or exclusive else name)
+    if exclusive:
+        y = im.emit("sub", [y, src], name=None if reverse else name)
+    if reverse:
+        y = im.emit("flip", [y], {"dims": [axis]}, name=name)
+    im.bind(node, 0, y)

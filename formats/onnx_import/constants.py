@@ -11,6 +11,7 @@ from .registry import handles
 from .values import _C, _Lazy
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_INT_TYPES = {2, 3, 4, 5, 6, 7, 12, 13}  # UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32/64
 
 
 @handles("Identity")
@@ -34,9 +35,18 @@ def _cast(im: _Importer, node: Any, ins: list) -> None:
         if to in _FLOAT_TYPES:  # 1.0 / 0.0 (materialised as a where)
             im.env[node.output[0]] = _Lazy("float", (x,), node)
             return
+    if to in _INT_TYPES:  # float -> int -> float is truncation toward zero
+        nxt = im.sole_consumer(node.output[0])
+        if nxt is not None and nxt[1].op_type == "Cast" \
+                and im.attrs(nxt[1]).get("to") in _FLOAT_TYPES:
+            index, back = nxt
+            im.done.add(index)
+            im.bind(back, 0, im.emit("trunc", [im.tensor(x, node)], name=im.out_name(back)))
+            return
     if to not in _FLOAT_TYPES:
         raise im.error(node, "casting a network value to a non-float type is not supported "
-                       "(networks compute in floating point; comparisons are bool)")
+                       "(networks compute in floating point; comparisons are bool), except "
+                       "to an integer and straight back (truncation)")
     im.alias(node, 0, x)
 
 
@@ -59,9 +69,25 @@ def _constant(im: _Importer, node: Any, ins: list) -> None:
 
 
 @handles("Shape", "Size", "ConstantOfShape", "Range", "Not", "And", "Or",
-          "Floor", "Ceil", "Round", "Mod", "NonZero", "ArgMax", "ArgMin")
+          "Mod", "NonZero", "ArgMax", "ArgMin")
 def _fold_only(im: _Importer, node: Any, ins: list) -> None:
     raise im.unsupported(node, "only supported on values known at import (they are folded); "
                          "here it depends on the network inputs" + (
                              " and shape inference found no static shape"
                              if node.op_type in ("Shape", "Size") else ""))
+
+
+@handles("If")
+def _if(im: _Importer, node: Any, ins: list) -> None:
+    """An If whose condition is known at import (exporters test sizes: the TorchScript
+    exporter's squeeze of a dimension that may be 1) is replaced by the branch taken."""
+    cond = im.array(ins[0])
+    if cond is None:
+        raise im.error(node, "an If whose condition depends on the network inputs is not "
+                       "supported (only conditions known at import, such as size tests)")
+    at = im.attrs(node)
+    branch = at["then_branch"] if bool(np.asarray(cond).reshape(-1)[0]) else at["else_branch"]
+    for inner in branch.node:
+        im.convert_inner(inner)
+    for k, out in enumerate(branch.output):
+        im.alias(node, k, im.value(out.name, node))

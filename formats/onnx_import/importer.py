@@ -30,7 +30,7 @@ from petab_sciml.catalogue import LAYERS
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.network import ID_PATTERN, Network
 
-from .registry import HANDLERS, NO_FOLD
+from .registry import HANDLERS, NO_FOLD, PREPASSES
 from .values import _C, _P, _T, NameEntry, OnnxImport, _compact, _f32, _Lazy, _sanitize
 
 # Node / value metadata written by exporters (PyTorch's dynamo exporter, onnxscript's
@@ -98,6 +98,8 @@ class _Importer:
         self.buffer_inits: set[str] = set()
         self._counter: dict[str, int] = {}
         self.inference_error: str | None = None
+        self.sources: dict[str, list[str]] = {}
+        """Initializers a value folded ahead of conversion was computed from."""
 
     # ------------------------------------------------------------------ setup
     def _default_opset(self, model: Any) -> int:
@@ -269,6 +271,8 @@ class _Importer:
         if not inputs:
             raise NetworkError("the model has no inputs (every graph input has an "
                                "initializer)", file=self.source)
+        for fn in PREPASSES:
+            fn(self)
         for i, node in enumerate(self.graph.node):
             if i in self.done:
                 continue
@@ -545,6 +549,72 @@ class _Importer:
                              "inputs")
         return a
 
+    def folded(self, node: Any, index: int, what: str) -> tuple[np.ndarray, list[str]]:
+        """Input ``index`` as a numpy array, also when the graph computes it from
+        initializers and constants only (exporters reorder recurrent gates in the graph);
+        returns the value and the initializers it comes from."""
+        name = node.input[index]
+        v = self.env.get(name)
+        if v is not None:
+            a = self.array(v)
+            if a is not None:
+                return a, [v.init] if isinstance(v, _P) else self.sources.get(name, [])
+        try:
+            return self.fold_value(name)
+        except ValueError as exc:
+            raise self.error(node, f"{what} (input {index}) {exc}") from None
+
+    def fold_value(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """The value ONNX value ``name`` has whatever the network inputs are (computed
+        from initializers, constants and static shapes), and the initializers it comes
+        from; ValueError if it depends on the network inputs' values."""
+        producer = {o: n for n in self.graph.node for o in n.output}
+        needed, leaves, stack, seen = [], [], [name], set()
+        known: dict[str, np.ndarray] = {}
+        while stack:
+            current = stack.pop()
+            if not current or current in seen:
+                continue
+            seen.add(current)
+            value = self.inits.get(current)
+            if value is None and isinstance(self.env.get(current), _C):
+                value = self.env[current].value  # folded already
+            source = producer.get(current)
+            if value is None and source is not None and source.op_type == "Shape":
+                shape = self.shapes.get(source.input[0])
+                if shape is not None and all(d is not None for d in shape):
+                    at = self.attrs(source)
+                    value = np.array(shape, dtype=np.int64)[at.get("start", 0):
+                                                            at.get("end", None)]
+            if value is not None:
+                leaves.append(current)
+                known[current] = value
+                continue
+            if source is None or source.op_type in NO_FOLD:
+                raise ValueError("must be known at import (a constant, an initializer or "
+                                 "computed from those), but it is computed from the network "
+                                 "inputs")
+            needed.append(source)
+            stack.extend(source.input)
+        if name in known:
+            return known[name], [name] if name in self.inits else []
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        order = {id(n): i for i, n in enumerate(self.graph.node)}
+        needed = sorted({id(n): n for n in needed}.values(), key=lambda n: order[id(n)])
+        inputs = [helper.make_tensor_value_info(
+            leaf, helper.np_dtype_to_tensor_dtype(known[leaf].dtype), known[leaf].shape)
+            for leaf in leaves]
+        graph = helper.make_graph(needed, "fold", inputs,
+                                  [helper.make_tensor_value_info(name, 0, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        try:
+            (value,) = ReferenceEvaluator(model).run(None, known)
+        except Exception as exc:  # noqa: BLE001 - reported with the node
+            raise ValueError(f"cannot be computed from its initializers: {exc}") from None
+        return np.asarray(value), sorted(leaf for leaf in leaves if leaf in self.inits)
+
     def bind(self, node: Any, index: int, ref: str, shape: Sequence[int] | None = None
              ) -> None:
         """Output ``index`` of ``node`` is the IR node ``ref``; ``shape`` (our own static
@@ -789,6 +859,15 @@ class _Importer:
             return
         handler(self, node, ins)
 
+    def convert_inner(self, node: Any) -> None:
+        """Convert a node of a subgraph (an If branch taken at import), in place of the
+        node that holds it."""
+        outer = self.index
+        try:
+            self._convert(outer, node)
+        finally:
+            self.index = outer
+
     def _fold(self, node: Any, ins: Sequence[Any]) -> bool:
         if node.op_type == "Identity":
             self.env[node.output[0]] = ins[0]
@@ -816,6 +895,8 @@ class _Importer:
     def _fold_shape(self, node: Any, v: Any) -> bool:
         shape = self.static_shape(v)
         if shape is None:
+            shape = self._shape_by_running(node.input[0])
+        if shape is None:
             return False
         if node.op_type == "Size":
             value = np.array(math.prod(shape), dtype=np.int64)
@@ -824,6 +905,64 @@ class _Importer:
             value = np.array(shape, dtype=np.int64)[a.get("start", 0):a.get("end", None)]
         self.env[node.output[0]] = _C(value, node.output[0])
         return True
+
+    def _shape_by_running(self, name: str) -> tuple[int, ...] | None:
+        """The shape of value ``name`` found by running the part of the graph that
+        computes it (onnx's reference evaluator, on ones of the graph inputs' static
+        shapes): where shape inference stops (pads or shapes computed in the graph, an
+        If), the sizes are still fixed by the input shapes.  None if an input has no
+        static shape or the run fails."""
+        cache = self.__dict__.setdefault("_run_shapes", {})
+        if name in cache:
+            return cache[name]
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        producer = {o: n for n in self.graph.node for o in n.output}
+        needed, stack, seen, feeds = {}, [name], set(), {}
+        graph_inputs = {vi.name: vi for vi in self.graph.input}
+        result = None
+        while stack:
+            current = stack.pop()
+            if not current or current in seen:
+                continue
+            seen.add(current)
+            if current in self.inits:
+                feeds[current] = self.inits[current]
+                continue
+            if current in graph_inputs:
+                shape = self.shapes.get(current)
+                if shape is None or any(d is None for d in shape):
+                    cache[name] = None
+                    return None
+                elem = graph_inputs[current].type.tensor_type.elem_type
+                feeds[current] = np.ones(shape, helper.tensor_dtype_to_np_dtype(elem))
+                continue
+            source = producer.get(current)
+            if source is None:
+                cache[name] = None
+                return None
+            needed[id(source)] = source
+            stack.extend(source.input)
+            for attr in source.attribute:  # outer-scope values read by If/Loop bodies
+                if attr.g.node:
+                    stack.extend(i for n in attr.g.node for i in n.input)
+        order = {id(n): i for i, n in enumerate(self.graph.node)}
+        nodes = sorted(needed.values(), key=lambda n: order[id(n)])
+        inputs = [helper.make_tensor_value_info(
+            k, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v))
+            for k, v in feeds.items()]
+        graph = helper.make_graph(nodes, "shape", inputs,
+                                  [helper.make_tensor_value_info(name, 0, None)])
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        try:
+            with np.errstate(all="ignore"):
+                (value,) = ReferenceEvaluator(model).run(None, feeds)
+            result = tuple(int(d) for d in np.shape(value))
+        except Exception:  # noqa: BLE001 - no shape then
+            result = None
+        cache[name] = result
+        return result
 
     # ------------------------------------------------------------------ helpers
     def norm_axis(self, node: Any, axis: int, rank: int | None, *, extra: int = 0) -> int:

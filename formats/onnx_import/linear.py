@@ -30,6 +30,16 @@ def _weight_named(im: _Importer, p: _P) -> bool:
     return any(n.endswith(".weight") for n in (p.alias, p.init, *im._folded_from(p.init)))
 
 
+def _named_otherwise(im: _Importer, p: _P | None, array: str) -> bool:
+    """Whether a parameter carries another module's array name (``rnn.weight_ih_l0`` in
+    PyTorch's unrolled RNN): lifting it as a Linear's ``weight``/``bias`` would lose the
+    name, so it stays a free parameter."""
+    if p is None:
+        return False
+    names = [n for n in (p.alias, p.init, *im._folded_from(p.init)) if "." in n]
+    return bool(names) and all(n.rsplit(".", 1)[1] != array for n in names)
+
+
 def _bias_of(im: _Importer, node: Any, out_name: str, n_out: int, in_rank: int | None
              ) -> tuple[np.ndarray, _P, int, str] | None:
     """A following ``Add(out, b)`` whose b is a parameter of n_out values."""
@@ -77,7 +87,9 @@ def _matmul(im: _Importer, node: Any, ins: list) -> None:
         bias = _bias_of(im, node, node.output[0], n_out, im.rank(a))
         # x @ W.T, x @ W + b and x @ <module>.weight are linear layers; a bare x @ W with a
         # root-level parameter W stays a matmul with W under its own name.
-        if pre_t or bias is not None or _weight_named(im, src):
+        if (pre_t or bias is not None or _weight_named(im, src)) and not (
+                _named_otherwise(im, src, "weight")
+                or _named_otherwise(im, bias[1] if bias else None, "bias")):
             arrays = {"weight": (weight, src, "" if pre_t else "transposed")}
             out_node = node
             if bias is not None:
@@ -108,7 +120,9 @@ def _gemm(im: _Importer, node: Any, ins: list) -> None:
     x = im.tensor(a, node)
     if trans_a:
         x = im.emit("transpose", [x], {"dim0": 0, "dim1": 1})
-    if isinstance(b, _P) and im.inits[b.init].ndim == 2:
+    if isinstance(b, _P) and im.inits[b.init].ndim == 2 and not (
+            _named_otherwise(im, b, "weight")
+            or _named_otherwise(im, c if isinstance(c, _P) else None, "bias")):
         stored = im.inits[b.init]
         weight = stored if trans_b else stored.T
         notes = [] if trans_b else ["transposed"]

@@ -12,8 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 HANDLERS: dict[str, Any] = {}
+PREPASSES: list[Callable[[Any], None]] = []
+"""Functions run on the importer before any node is converted (a family that needs to
+claim nodes ahead, such as the gate reordering in front of recurrent ops)."""
 NO_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike",
-           "Bernoulli", "Multinomial"}
+           "Bernoulli", "Multinomial", "If"}
+"""Ops never folded on their own: random ones, and If (its branches read outer values)."""
 
 
 def handles(*ops: str) -> Callable[[Any], Any]:
@@ -23,3 +27,9 @@ def handles(*ops: str) -> Callable[[Any], Any]:
             HANDLERS[op] = fn
         return fn
     return deco
+
+
+def prepass(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Register ``fn(importer)`` to run before the conversion."""
+    PREPASSES.append(fn)
+    return fn
