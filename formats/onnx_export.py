@@ -1003,6 +1003,8 @@ _FUNCTIONS: dict[str, Any] = {
     "prod": _prod,
     "flip": _flip,
     "pad": _pad,
+    "reshape_as": lambda ex, b: ex.op("Reshape", [_x(ex, b),
+                                                  ex.op("Shape", [ex.operand(b["other"])])]),
     "floor": _simple("Floor"),
     "ceil": _simple("Ceil"),
     "round": _round,

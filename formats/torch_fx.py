@@ -459,7 +459,9 @@ def _get_attr(torch: Any, module: Any, target: str, ids: _Ids, add_layer: Any,
         raise NetworkError(f"get_attr {target!r} is not a parameter or buffer", entry=entry)
     if path and _catalogue_type(torch, owner) is not None:
         layer_id = add_layer(path, owner)
-        arrays = [a.name for a in LAYERS[_catalogue_type(torch, owner)].arrays]
+        spec = LAYERS[_catalogue_type(torch, owner)]
+        arrays = list(spec.array_shapes(spec.resolve_args(_layer_args(torch, spec, owner,
+                                                                      path))))
         if name not in arrays:
             raise NetworkError(f"get_attr {target!r}: {name!r} is not an array of "
                                f"{type(owner).__name__} (arrays: {', '.join(arrays)})",

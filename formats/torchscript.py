@@ -38,8 +38,10 @@ from petab_sciml.formats.torch_fx import plain_value
 from petab_sciml.formats.torchscript_aten import _ATEN, _scalar_op
 from petab_sciml.formats.torchscript_graph import (
     _T,
+    _UNINITIALIZED,
     _UNKNOWN,
     TRAINING,
+    _Full,
     _function_name,
     _Mod,
     _numpy,
@@ -47,6 +49,7 @@ from petab_sciml.formats.torchscript_graph import (
     _qualified,
     _Size,
     _Sizes,
+    _Tuple,
 )
 from petab_sciml.formats.torchscript_layers import _constant, _layer_args, _schema_names
 from petab_sciml.network import FreeParameter, Network, unique_node_name
@@ -56,6 +59,14 @@ __all__ = ["read", "read_with_parameters", "network_from_torchscript", "FORMAT"]
 
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
+_SHAPE_KEEPING = {name for name, spec in FUNCTIONS.items()
+                  if len(spec.tensor_params()) <= 2 and spec.name not in (
+                      "matmul", "getitem", "where", "cat", "stack") and all(
+                      p.kind in ("tensor", "tensor|number", "float", "float?", "bool", "int?",
+                                 "choice:none|tanh", "choice?:trunc|floor", "any", "none")
+                      for p in spec.params)}
+"""Catalogue functions whose result has the shape of their tensor operand (element-wise
+maths; checked with one distinct tensor operand)."""
 
 
 # ----------------------------------------------------------------------------- lifting
@@ -87,6 +98,8 @@ class _Lifter:
         self.graphs: dict[tuple[str, str], Any] = {}
         self.where = ""
         self.rebind: tuple[int, _T] | None = None
+        self.same_shape: dict[str, str] = {}
+        """IR node -> an earlier node known to have the same shape."""
 
     # ------------------------------------------------------------------ errors
     def error(self, message: str, entry: str | None = None) -> NetworkError:
@@ -117,6 +130,13 @@ class _Lifter:
         if isinstance(value, (_Size, _Sizes)):
             raise self.error(f"a tensor size ({value.tensor}.size()) is used as a value; "
                              "sizes known only at run time are not supported here")
+        if isinstance(value, _Full):
+            return self.ir(self.full_tensor(value))
+        if isinstance(value, _Tuple):
+            raise self.error(f"the tuple returned by {value.ref!r} is used as a value; take "
+                             "its elements (out, h = rnn(x))")
+        if value is _UNINITIALIZED:
+            raise self.error("a variable that is set only on a branch not taken is used")
         if value is TRAINING:
             raise self.error("the module's training flag is used as a value; only dropout "
                              "may depend on it")
@@ -147,13 +167,122 @@ class _Lifter:
                 args.append(values.get(p.name, p.default))
             elif p.name in values and not p.ignored and not _same(values[p.name], p.default):
                 kwargs[p.name] = values[p.name]
-        return self.emit("call_function", function, args, kwargs, base=function)
+        out = self.emit("call_function", function, args, kwargs, base=function)
+        self.note_shape(function, values, out)
+        return out
+
+    def note_shape(self, function: str, values: Mapping[str, Any], out: _T) -> None:
+        """Remember that ``out`` has the shape of its input where the function keeps it
+        (element-wise maths of one tensor with numbers, or of a tensor with itself), so
+        that ``x.size(d)`` can size a reshape of ``out`` (F.local_response_norm)."""
+        spec = FUNCTIONS[function]
+        tensors = [values[p.name] for p in spec.tensor_params() if isinstance(
+            values.get(p.name), _T)]
+        numbers_only = all(isinstance(values.get(p.name), (_T, int, float)) and not isinstance(
+            values.get(p.name), bool) for p in spec.tensor_params() if p.name in values)
+        if tensors and numbers_only and len({t.name for t in tensors}) == 1 and \
+                function in _SHAPE_KEEPING:
+            self.same_shape[out.name] = self.same_shape.get(tensors[0].name, tensors[0].name)
 
     def call_layer(self, layer_id: str, inputs: Sequence[Any]) -> _T:
+        spec = LAYERS[self.layers[layer_id]["layer_type"]] if layer_id in self.layers \
+            else None
+        inputs = list(inputs)
+        if spec is not None and spec.optional_inputs and len(inputs) > spec.n_inputs:
+            state = inputs[spec.n_inputs]
+            parts = state if isinstance(state, (list, tuple)) else [state]
+            if all(isinstance(p, _Full) and p.value == 0 for p in parts):
+                inputs = inputs[:spec.n_inputs]  # zero initial state: PyTorch's default
         for x in inputs:
-            if not isinstance(x, _T):
-                raise self.error(f"layer {layer_id!r} is called with {x!r}; expected tensors")
-        return self.emit("call_module", layer_id, list(inputs), base=layer_id)
+            parts = x if isinstance(x, (list, tuple)) else [x]
+            for part in parts:
+                if isinstance(part, _Full):
+                    continue
+                if not isinstance(part, _T):
+                    raise self.error(f"layer {layer_id!r} is called with {x!r}; expected "
+                                     "tensors")
+        return self.emit("call_module", layer_id, inputs, base=layer_id)
+
+    def full_tensor(self, value: _Full) -> _T:
+        """A filled tensor as a constant (its sizes must be known at import)."""
+        if not all(isinstance(d, int) for d in value.sizes):
+            raise self.error(f"a tensor filled with {value.value} whose sizes "
+                             f"{list(value.sizes)!r} are known only at run time is supported "
+                             "only as the initial state of a recurrent layer (where zeros are "
+                             "PyTorch's default)")
+        return self.constant_tensor(self.torch.full(tuple(value.sizes), float(value.value)))
+
+    def tuple_result(self, ref: _T, layer_type: str, ts_type: Any, module: _Mod,
+                     method: str) -> Any:
+        """The value of a call of a layer that returns a tuple, shaped like TorchScript's
+        type of the result: nested for scripted modules; for traced ones what the traced
+        method returns (the flat ``(output, h_n, c_n)``, or only the elements used)."""
+        structure = LAYERS[layer_type].output
+        if structure == "tensor":
+            return ref
+        if ts_type.kind() != "TupleType" or len(ts_type.elements()) != len(structure):
+            return self.traced_result(ref, layer_type, module, method)
+        leaves: list[tuple[int, ...]] = []
+
+        def walk(item: Any, path: tuple[int, ...]) -> None:
+            if item == "tensor":
+                leaves.append(path)
+            else:
+                for k, sub in enumerate(item):
+                    walk(sub, path + (k,))
+
+        walk(structure, ())
+        counter = iter(leaves)
+
+        def shape(tp: Any) -> Any:
+            if tp.kind() == "TupleType":
+                return tuple(shape(e) for e in tp.elements())
+            return next(counter)
+
+        try:
+            items = shape(ts_type)
+        except StopIteration:
+            raise self.error(f"a {layer_type} call returns {ts_type}; expected "
+                             f"{structure}") from None
+        return _Tuple(ref.name, items)
+
+    def traced_result(self, ref: _T, layer_type: str, module: _Mod, method: str) -> Any:
+        """A traced recurrent layer's result: the outputs of its aten::lstm / gru / rnn_*
+        op that its traced method returns."""
+        graph = getattr(module.obj, method).graph
+        op = next((n for n in graph.nodes() if n.kind() in (
+            "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")), None)
+        if op is None:
+            raise self.error(f"cannot tell what the traced {layer_type} {module.path!r} "
+                             "returns (no recurrent aten op in its graph)")
+        flat = [(0,), (1, 0), (1, 1)] if layer_type == "LSTM" else [(0,), (1,)]
+        positions = {v.unique(): k for k, v in enumerate(op.outputs())}
+        (returned,) = list(graph.outputs())
+        values = list(returned.node().inputs()) \
+            if returned.node().kind() == "prim::TupleConstruct" else [returned]
+        paths = []
+        for v in values:
+            if v.unique() not in positions:
+                raise self.error(f"the traced {layer_type} {module.path!r} returns a value "
+                                 "that is not an output of its recurrent op")
+            paths.append(flat[positions[v.unique()]])
+        if returned.node().kind() != "prim::TupleConstruct":
+            return self.tuple_item(_Tuple(ref.name, tuple(paths)), 0)
+        return _Tuple(ref.name, tuple(paths))
+
+    def tuple_item(self, value: _Tuple, index: int) -> Any:
+        """Element ``index`` of a layer's tuple result: getitem nodes for a tensor."""
+        item = value.items[index]
+        if isinstance(item, tuple) and item and isinstance(item[0], tuple):
+            return _Tuple(value.ref, item)
+        key = (value.ref, item)
+        cache = self.__dict__.setdefault("_tuple_items", {})
+        if key not in cache:
+            ref = _T(value.ref)
+            for k in item:
+                ref = self.call("getitem", {"input": ref, "index": k})
+            cache[key] = ref
+        return cache[key]
 
     # ------------------------------------------------------------------ modules
     def layer_type(self, module: _Mod) -> str | None:
@@ -221,7 +350,8 @@ class _Lifter:
         layer_type = self.layer_type(owner)
         if layer_type is not None:
             layer_id = self.add_layer(owner, layer_type)
-            arrays = [a.name for a in LAYERS[layer_type].arrays]
+            spec = LAYERS[layer_type]
+            arrays = list(spec.array_shapes(spec.resolve_args(self.layers[layer_id]["args"])))
             if name not in arrays:
                 raise self.error(f"{name!r} is not an array of {layer_type} (arrays: "
                                  f"{', '.join(arrays)})", f"submodule {owner.path!r}")
@@ -303,17 +433,22 @@ class _Lifter:
                 raise self.error(f"method call on {module!r}")
             method = node.s("name")
             layer_type = self.layer_type(module)
-            # Traced modules name the k-th call of a shared submodule "forward<k>".
-            if layer_type is not None and re.fullmatch(r"forward\d*", method):
+            # Traced modules name the k-th call of a shared submodule "forward<k>";
+            # scripted ones an overload "forward__<k>" (nn.LSTM).
+            if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
                 layer_id = self.add_layer(module, layer_type)
                 spec = LAYERS[layer_type]
                 while len(values) - 1 > spec.n_inputs and values[-1] is None:
                     values = values[:-1]  # optional arguments left at None (output_size)
-                if len(values) - 1 != spec.n_inputs:
+                if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
+                    values = [values[0], values[1], (values[2], values[3])]
+                if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
                     raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
                                      f"{len(values) - 1} argument(s); expected "
                                      f"{spec.n_inputs}")
-                return self.call_layer(layer_id, values[1:])
+                result = self.call_layer(layer_id, values[1:])
+                return self.tuple_result(result, layer_type, node.output().type(),
+                                         module, method)
             results = self.run_method(module, method, values[1:])
             return results[0] if len(results) == 1 else results
         if kind == "prim::CallFunction":
@@ -321,10 +456,27 @@ class _Lifter:
         if kind in ("prim::ListConstruct", "prim::TupleConstruct"):
             return list(values) if kind == "prim::ListConstruct" else tuple(values)
         if kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            if isinstance(values[0], _Tuple):
+                return [self.tuple_item(values[0], k) for k in range(len(values[0].items))]
+            if isinstance(values[0], _Sizes):  # h, w = x.shape
+                return [_Size(values[0].tensor, k) for k in range(node.outputsSize())]
             return list(values[0])
-        if kind in ("prim::TupleIndex", "aten::__getitem__") and isinstance(
-                values[0], (list, tuple)) and isinstance(values[1], int):
-            return values[0][values[1]]
+        if kind in ("prim::TupleIndex", "aten::__getitem__") and isinstance(values[1], int):
+            if isinstance(values[0], _Tuple):
+                return self.tuple_item(values[0], values[1])
+            if isinstance(values[0], _Sizes):
+                return _Size(values[0].tensor, values[1])
+            if isinstance(values[0], (list, tuple)):
+                return values[0][values[1]]
+        if kind == "prim::Uninitialized":
+            return _UNINITIALIZED
+        if kind == "aten::dim" and isinstance(values[0], _T):
+            rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
+                else None
+            if rank is None:
+                raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
+                                 "scripted module); trace the module, or avoid x.dim()")
+            return int(rank)
         if kind == "prim::If":
             return self.run_if(node, values[0], env)
         if kind in ("prim::unchecked_cast", "prim::NumToTensor", "aten::Int", "aten::Float",
@@ -388,6 +540,7 @@ class _Lifter:
                 return scalar
         if handler is None:
             raise self.error(f"aten::{kind} is not supported (no catalogue function for it)")
+        self.current = node
         result = handler(self, a)
         first = node.inputsAt(0) if node.inputsSize() else None
         if base != kind and first is not None and isinstance(result, _T):
@@ -462,6 +615,7 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
     lifter.run_block(graph, env)
     results = [env[v.unique()] for v in graph.outputs()]
     result = results[0] if len(results) == 1 else tuple(results)
+    result = _flat_tensors(lifter, result)
     if isinstance(result, _T):
         args: list[Any] = [result.name]
     elif isinstance(result, (list, tuple)) and result and all(
@@ -471,6 +625,19 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
         raise lifter.error(f"the forward must return a tensor or a tuple of tensors, got "
                            f"{result!r}")
     lifter.nodes.append({"name": "output", "op": "output", "target": "output", "args": args})
+
+
+def _flat_tensors(lifter: _Lifter, value: Any) -> Any:
+    """A returned layer tuple (``return self.rnn(x)``) as its tensors, in order."""
+    if isinstance(value, _Tuple):
+        value = tuple(lifter.tuple_item(value, k) for k in range(len(value.items)))
+    if isinstance(value, (list, tuple)):
+        flat: list[Any] = []
+        for item in value:
+            item = _flat_tensors(lifter, item)
+            flat.extend(item if isinstance(item, tuple) else [item])
+        return tuple(flat)
+    return value
 
 
 def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,10 +10,19 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any
 
-from petab_sciml.formats.torchscript_graph import _T, _UNKNOWN, INT64_MAX, TRAINING, _Size, _Sizes
+from petab_sciml.formats.torchscript_graph import (
+    _T,
+    _UNKNOWN,
+    INT64_MAX,
+    TRAINING,
+    _Full,
+    _Size,
+    _Sizes,
+)
 
 if TYPE_CHECKING:
     from petab_sciml.formats.torchscript import _Lifter
+
 
 _SCALAR_OPS = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
@@ -21,7 +30,9 @@ _SCALAR_OPS = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "__not__": operator.not_, "__is__": operator.is_, "__isnot__": operator.is_not,
     "__and__": operator.and_, "__or__": operator.or_, "len": len,
+    "__contains__": lambda container, item: item in container,
 }
+
 
 def _scalar_op(kind: str, values: list[Any]) -> Any:
     """Evaluate an op on Python constants (what constant propagation left over)."""
@@ -43,8 +54,10 @@ def _t(lifter: _Lifter, value: Any, what: str) -> _T:
         raise lifter.error(f"{what}: expected a tensor, got {value!r}")
     return value
 
+
 def _unary(function: str):
     return lambda lf, a: lf.call(function, {"input": _t(lf, a["self"], function)})
+
 
 def _with(function: str, **renames: str):
     """Handler passing ``self`` as ``input`` and the named aten args (aten name ->
@@ -59,10 +72,12 @@ def _with(function: str, **renames: str):
 
     return handler
 
+
 def _elu(lf: _Lifter, a: dict[str, Any]) -> _T:
     if a.get("scale", 1) != 1 or a.get("input_scale", 1) != 1:
         raise lf.error("aten::elu with scale or input_scale other than 1 is not supported")
     return lf.call("elu", {"input": a["self"], "alpha": a["alpha"]})
+
 
 def _softmax(function: str):
     def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
@@ -71,6 +86,7 @@ def _softmax(function: str):
         return lf.call(function, {"input": a["self"], "dim": a["dim"]})
 
     return handler
+
 
 def _binary(function: str, alpha: bool = False):
     def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
@@ -81,16 +97,55 @@ def _binary(function: str, alpha: bool = False):
 
     return handler
 
+
 def _rsub(lf: _Lifter, a: dict[str, Any]) -> _T:
     values = {"input": a["other"], "other": a["self"]}
     if a.get("alpha", 1) != 1:
         values["alpha"] = a["alpha"]
     return lf.call("sub", values)
 
+
 def _div(lf: _Lifter, a: dict[str, Any]) -> _T:
+    values = {"input": a["self"], "other": a["other"]}
     if a.get("rounding_mode") is not None:
-        raise lf.error("division with a rounding_mode is not supported")
-    return lf.call("div", {"input": a["self"], "other": a["other"]})
+        values["rounding_mode"] = a["rounding_mode"]
+    return lf.call("div", values)
+
+
+def _full(value: float | None):
+    """aten::zeros / ones / full (and new_zeros...): made where it is used (dropped as a
+    recurrent layer's zero initial state, else a constant of static sizes)."""
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
+        sizes = a.get("size")
+        if not isinstance(sizes, (list, tuple)):
+            raise lf.error(f"a filled tensor of sizes {sizes!r} is not supported")
+        fill = a.get("fill_value") if value is None else value
+        if not isinstance(fill, (int, float)) or isinstance(fill, bool):
+            raise lf.error(f"a tensor filled with {fill!r} is not supported")
+        if a.get("dtype") not in (None, 6, 7):  # float32, float64
+            raise lf.error("a filled tensor of a non-float dtype is not supported")
+        return _Full(tuple(sizes), float(fill))
+
+    return handler
+
+
+def _pool(function: str, names: tuple[str, ...]):
+    """aten pools -> the catalogue's functional pools (``stride=[]`` means the kernel)."""
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
+        values: dict[str, Any] = {"input": _t(lf, a["self"], function)}
+        for name in names:
+            if name in a:
+                value = a[name]
+                if name == "stride" and value == []:
+                    value = None
+                if name == "output_size" and isinstance(value, list):
+                    value = [None if isinstance(v, _Size) else v for v in value]
+                values[name] = value
+        out = lf.call(function, values)
+        return [out, _UNKNOWN] if function.startswith("adaptive_max") else out
+
+    return handler
+
 
 def _clamp(lf: _Lifter, a: dict[str, Any]) -> _T:
     values = {"input": a["self"]}
@@ -101,16 +156,36 @@ def _clamp(lf: _Lifter, a: dict[str, Any]) -> _T:
             values[key] = float(a[key])
     return lf.call("clamp", values)
 
+
 def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
     x = _t(lf, a["self"], "reshape")
     shape = a.get("shape", a.get("size"))
     shape = list(shape) if isinstance(shape, (list, tuple)) else shape
     if isinstance(shape, _Sizes) and shape.tensor == x.name:
         return x
-    if isinstance(shape, list) and any(isinstance(s, _Size) for s in shape):
+    if isinstance(shape, _Sizes) or (isinstance(shape, list) and any(
+            isinstance(s, _Size) for s in shape)):
+        static = _traced_shape(lf, shape)
+        if static is not None:
+            return lf.call("reshape", {"input": x, "shape": static})
+        root = lf.same_shape.get(x.name, x.name)
+        if isinstance(shape, _Sizes):
+            if lf.same_shape.get(shape.tensor, shape.tensor) == root:
+                return x
+            raise lf.error("reshape to the sizes of another tensor is not supported")
         dynamic = [i for i, s in enumerate(shape) if isinstance(s, _Size)]
-        if any(shape[i].tensor != x.name for i in dynamic):
-            raise lf.error("reshape to sizes of another tensor is not supported")
+        if any(lf.same_shape.get(shape[i].tensor, shape[i].tensor) != root for i in dynamic):
+            return _reshape_as_sizes(lf, x, shape)
+        ones = [i for i, s in enumerate(shape) if s == 1]
+        rest = [s for s in shape if s != 1]
+        lead = [i for i, s in enumerate(rest) if isinstance(s, _Size)]
+        if ones and lead == list(range(len(lead))) and all(
+                rest[i].dim == i for i in lead) and rest[len(lead):] == [-1]:
+            # x.view(x.size(0), 1, x.size(1), -1): flatten the tail, insert the 1s
+            y = lf.call("flatten", {"input": x, "start_dim": len(lead)})
+            for i in ones:
+                y = lf.call("unsqueeze", {"input": y, "dim": i})
+            return y
         k = len(dynamic)
         if dynamic == list(range(k)) and all(shape[i].dim == i for i in dynamic):
             if shape[k:] == [-1]:
@@ -122,6 +197,36 @@ def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
                            "supported (one run-time size, or leading sizes then -1, are)")
     return lf.call("reshape", {"input": x, "shape": shape})
 
+
+def _reshape_as_sizes(lf: _Lifter, x: _T, shape: list) -> _T:
+    """``x.view(t.size(0), ..., t.size(n-1))``, another tensor's sizes in order: the
+    traced form of ``x.view(t.size())`` (F.local_response_norm's ``div.view(sizes)``),
+    lifted as ``x.reshape_as(t)`` (if ``t`` had more dimensions, PyTorch's view would
+    differ; traces write ``t.size()`` as every size of ``t``)."""
+    tensors = {s.tensor for s in shape if isinstance(s, _Size)}
+    if len(tensors) == 1 and all(isinstance(s, _Size) and s.dim == i
+                                 for i, s in enumerate(shape)):
+        (other,) = tensors
+        return lf.call("reshape_as", {"input": x, "other": _T(other)})
+    raise lf.error(f"reshape of {x.name!r} to sizes of another tensor {shape!r} is not "
+                   "supported")
+
+
+def _traced_shape(lf: _Lifter, shape: Any) -> list[int] | None:
+    """A traced graph's reshape to run-time sizes, from the sizes its trace recorded:
+    static, except the batch size (a leading ``x.size(0)``), which stays -1."""
+    node = getattr(lf, "current", None)
+    tp = node.output().type() if node is not None else None
+    sizes = tp.sizes() if tp is not None and hasattr(tp, "sizes") else None
+    if not sizes or any(d is None for d in sizes):
+        return None
+    batch = (isinstance(shape, _Sizes)
+             or (shape and isinstance(shape[0], _Size) and shape[0].dim == 0))
+    if not batch:
+        return None
+    return [-1] + [int(d) for d in sizes[1:]]
+
+
 def _getitem(lf: _Lifter, x: _T, dim: int, item: Any) -> _T:
     full = {"slice": [None, None, None]}
     if dim >= 0:
@@ -129,6 +234,7 @@ def _getitem(lf: _Lifter, x: _T, dim: int, item: Any) -> _T:
     else:
         index = ["..."] + [item] + [full] * (-dim - 1)
     return lf.call("getitem", {"input": x, "index": index})
+
 
 def _slice(lf: _Lifter, a: dict[str, Any]) -> _T:
     x = _t(lf, a["self"], "slice")
@@ -141,11 +247,13 @@ def _slice(lf: _Lifter, a: dict[str, Any]) -> _T:
         return x
     return _getitem(lf, x, a["dim"], {"slice": [start, end, None if step == 1 else step]})
 
+
 def _select(lf: _Lifter, a: dict[str, Any]) -> _T:
     x = _t(lf, a["self"], "select")
     if not isinstance(a["index"], int):
         raise lf.error("select with a run-time index is not supported")
     return _getitem(lf, x, a["dim"], a["index"])
+
 
 def _reduce(function: str):
     def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
@@ -162,6 +270,7 @@ def _reduce(function: str):
 
     return handler
 
+
 def _reduce_dims(function: str):
     """amax/amin: ``dim`` (a list, empty = every dimension) and ``keepdim``."""
     def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
@@ -171,6 +280,7 @@ def _reduce_dims(function: str):
 
     return handler
 
+
 def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
     if a.get("dtype") is not None:
         raise lf.error("prod with a dtype is not supported")
@@ -179,6 +289,7 @@ def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
         values["dim"] = a["dim"]
         values["keepdim"] = bool(a.get("keepdim", False))
     return lf.call("prod", values)
+
 
 def _pad(mode: str | None = None):
     """aten::pad (mode and value as arguments) and its lowerings: constant_pad_nd,
@@ -195,11 +306,13 @@ def _pad(mode: str | None = None):
 
     return handler
 
+
 def _squeeze(lf: _Lifter, a: dict[str, Any]) -> _T:
     values: dict[str, Any] = {"input": a["self"]}
     if a.get("dim") is not None:
         values["dim"] = a["dim"]
     return lf.call("squeeze", values)
+
 
 def _dropout(layer_type: str):
     def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
@@ -214,8 +327,10 @@ def _dropout(layer_type: str):
 
     return handler
 
+
 def _identity(lf: _Lifter, a: dict[str, Any]) -> Any:
     return a["self"]
+
 
 def _size(lf: _Lifter, a: dict[str, Any]) -> Any:
     x = _t(lf, a["self"], "size")
@@ -223,13 +338,52 @@ def _size(lf: _Lifter, a: dict[str, Any]) -> Any:
         return _Sizes(x.name)
     return _Size(x.name, a["dim"])
 
+
 def _unsupported(message: str):
     def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
         raise lf.error(message)
 
     return handler
 
+
+_POOL_ARGS = {
+    "max_pool": ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+    "avg_pool": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                 "divisor_override"),
+    "adaptive_avg_pool": ("output_size",),
+    "adaptive_max_pool": ("output_size",),
+}
+
+
 _ATEN: dict[str, Any] = {
+    **{f"{kind}{n}d": _pool(f"{kind}{n}d", names if (kind, n) != ("avg_pool", 1)
+                                          else names[:-1])
+       for kind, names in _POOL_ARGS.items() for n in (1, 2, 3)},
+    **{f"_adaptive_avg_pool{n}d": _pool(f"adaptive_avg_pool{n}d", ("output_size",))
+       for n in (2, 3)},
+    **{f"max_pool{n}d_with_indices": lambda lf, a, n=n: [
+        _pool(f"max_pool{n}d", _POOL_ARGS["max_pool"])(lf, a), _UNKNOWN] for n in (1, 2, 3)},
+    "zeros": _full(0.0),
+    "ones": _full(1.0),
+    "full": _full(None),
+    "new_zeros": _full(0.0),
+    "new_ones": _full(1.0),
+    "new_full": _full(None),
+    "floor_divide": _binary("floor_divide"),
+    "remainder": _binary("remainder"),
+    "floor": _unary("floor"),
+    "ceil": _unary("ceil"),
+    "trunc": _unary("trunc"),
+    "fix": _unary("trunc"),
+    "round": lambda lf, a: lf.call("round", {"input": a["self"],
+                                             "decimals": a.get("decimals", 0)}),
+    "reshape_as": lambda lf, a: lf.call("reshape_as", {"input": a["self"],
+                                                       "other": a["other"]}),
+    "view_as": lambda lf, a: lf.call("reshape_as", {"input": a["self"], "other": a["other"]}),
+    "cumsum": lambda lf, a: lf.call("cumsum", {"input": a["self"], "dim": a["dim"]}),
+    "local_response_norm": lambda lf, a: lf.call("local_response_norm", {
+        "input": a["input"], "size": a["size"], "alpha": a.get("alpha", 1e-4),
+        "beta": a.get("beta", 0.75), "k": a.get("k", 1.0)}),
     **{name: _unary(fn) for name, fn in {
         "relu": "relu", "relu6": "relu6", "tanh": "tanh", "sigmoid": "sigmoid",
         "selu": "selu", "silu": "silu", "hardswish": "hardswish",

@@ -27,6 +27,7 @@ class _Training:
     def __repr__(self) -> str:
         return "self.training"
 
+
 TRAINING = _Training()
 
 @dataclass(frozen=True)
@@ -35,12 +36,14 @@ class _T:
 
     name: str
 
+
 @dataclass(frozen=True)
 class _Mod:
     """A (sub)module at ``path`` of the root."""
 
     path: str
     obj: Any = field(compare=False, repr=False)
+
 
 @dataclass(frozen=True)
 class _Size:
@@ -49,11 +52,13 @@ class _Size:
     tensor: str
     dim: int
 
+
 @dataclass(frozen=True)
 class _Sizes:
     """``tensor.size()``."""
 
     tensor: str
+
 
 @dataclass(frozen=True)
 class _Param:
@@ -61,13 +66,37 @@ class _Param:
 
     name: str
 
+
 @dataclass(frozen=True)
 class _Input:
     """A graph input of a traced layer's own graph."""
 
     index: int
 
+
 _UNKNOWN = object()
+
+_UNINITIALIZED = object()
+"""``prim::Uninitialized``: a variable set only on branches not taken (an error if used)."""
+
+
+@dataclass(frozen=True)
+class _Full:
+    """``aten::zeros`` / ``ones`` / ``full``: a filled tensor of ``sizes`` (ints, or
+    :class:`_Size` known only at run time), made only where it is used."""
+
+    sizes: tuple
+    value: float
+
+
+@dataclass(frozen=True)
+class _Tuple:
+    """A layer's tuple result (a recurrent layer's ``output, (h_n, c_n)``) seen through
+    TorchScript's type for it: ``items`` mirrors that type, each leaf is the getitem path
+    into the IR node ``ref`` (traced LSTMs return the flat ``(output, h_n, c_n)``)."""
+
+    ref: str
+    items: tuple
 
 
 _MANGLE = re.compile(r"___torch_mangle_\d+\.")

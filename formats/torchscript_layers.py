@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from petab_sciml.catalogue import LAYERS
+from petab_sciml.catalogue import LAYERS, RECURRENT_GATES
 from petab_sciml.errors import NetworkError
 from petab_sciml.formats.torch_fx import plain_value
 from petab_sciml.formats.torchscript_graph import (
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------- layers
 _DROPOUT_OPS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
                 "aten::feature_alpha_dropout")
+
 
 def _key_ops(layer_type: str) -> tuple[str, ...]:
     """The aten ops whose arguments carry a traced layer's constructor arguments."""
@@ -53,6 +54,7 @@ def _key_ops(layer_type: str) -> tuple[str, ...]:
     return {"LayerNorm": ("aten::layer_norm",), "Flatten": ("aten::flatten",),
             "Linear": ("aten::linear",), "Bilinear": ("aten::bilinear",)}.get(
         layer_type, _DROPOUT_OPS if "Dropout" in layer_type else ())
+
 
 class _ConstantReader:
     """Resolves the inputs of a traced layer's graph nodes to Python values."""
@@ -84,6 +86,7 @@ class _ConstantReader:
         names = _schema_names(node)
         return {name: self.value(v) for name, v in zip(names, node.inputs())}
 
+
 def _constant(v: Any) -> Any:
     """The Python value of a ``prim::Constant`` output (0-d tensors as numbers)."""
     type_kind = v.type().kind()
@@ -94,6 +97,7 @@ def _constant(v: Any) -> Any:
     except Exception:  # noqa: BLE001 - constants of types Python cannot hold
         return _UNKNOWN
     return plain_value(value)
+
 
 _SCHEMAS: dict[str, tuple[str, ...]] = {}
 
@@ -154,6 +158,7 @@ def _layer_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str, entry
         out[name] = _numpy(arrays[name])
     return args, out
 
+
 def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
                  arrays: Mapping[str, Any], args: dict[str, Any], entry: str) -> None:
     """Fill ``args`` of a traced layer from its graph constants and array shapes."""
@@ -172,6 +177,9 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
                 value = value[0]  # traced graphs spell every size out: (3, 3) -> 3
             args[name] = value
 
+    if layer_type in RECURRENT_GATES:
+        _traced_recurrent(put, arrays, layer_type, _prepared(torch, module.graph))
+        return
     if "bias" in names and spec.args[spec.arg_names.index("bias")].torch:
         put("bias", "bias" in arrays)
     if layer_type in ("Linear", "Bilinear") and weight is not None:
@@ -210,6 +218,16 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
         if weight is not None:
             put("num_parameters", weight.shape[0])
         return  # init (the default initial weight) is not in a traced module
+    if spec.function is not None:  # an activation module: its aten op's arguments
+        op = next((n for n in _all_nodes(graph) if n.kind().startswith("aten::")), None)
+        if op is not None:
+            for name, value in reader.args(op).items():
+                if name != "self" and not isinstance(value, (_Input, _Param, _Size)):
+                    put(name, value)
+        return
+    if layer_type == "LocalResponseNorm":
+        _traced_lrn(put, reader, graph)
+        return
     if layer_type == "LayerNorm":
         put("elementwise_affine", "weight" in arrays)
         put("bias", "bias" in arrays)
@@ -261,3 +279,59 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
         put(name, value)
     if layer_type.startswith("Adaptive") and "return_indices" in names:
         put("return_indices", False)
+
+
+def _traced_recurrent(put: Any, arrays: Mapping[str, Any], layer_type: str, graph: Any
+                      ) -> None:
+    """nn.LSTM / GRU / RNN: sizes from the arrays, the rest from aten::lstm / gru /
+    rnn_tanh / rnn_relu(input, hx, params, has_biases, num_layers, dropout, train,
+    bidirectional, batch_first)."""
+    w_ih, w_hh = arrays.get("weight_ih_l0"), arrays.get("weight_hh_l0")
+    if w_ih is None or w_hh is None:
+        return
+    gates = RECURRENT_GATES[layer_type]
+    put("input_size", int(w_ih.shape[1]))
+    put("hidden_size", int(w_ih.shape[0]) // gates)
+    put("num_layers", len([n for n in arrays if n.startswith("weight_ih_l")
+                           and not n.endswith("_reverse")]))
+    put("bias", "bias_ih_l0" in arrays)
+    put("bidirectional", "weight_ih_l0_reverse" in arrays)
+    if "weight_hr_l0" in arrays:
+        put("proj_size", int(arrays["weight_hr_l0"].shape[0]))
+    elif layer_type == "LSTM":
+        put("proj_size", 0)
+    ops = {"LSTM": ("aten::lstm",), "GRU": ("aten::gru",),
+           "RNN": ("aten::rnn_tanh", "aten::rnn_relu")}[layer_type]
+    node = next((n for n in _all_nodes(graph) if n.kind() in ops), None)
+    if node is None:
+        return
+    if layer_type == "RNN":
+        put("nonlinearity", "relu" if node.kind() == "aten::rnn_relu" else "tanh")
+    consts = [_constant(v) if v.node().kind() == "prim::Constant" else _UNKNOWN
+              for v in node.inputs()]
+    if len(consts) == 9:  # (input, hx, params, has_biases, num_layers, dropout, train,
+        put("dropout", float(consts[5]) if isinstance(consts[5], (int, float)) else _UNKNOWN)
+        put("batch_first", consts[8])  # bidirectional, batch_first)
+
+
+def _traced_lrn(put: Any, reader: Any, graph: Any) -> None:
+    """nn.LocalResponseNorm, from F.local_response_norm's traced ops: the window of its
+    avg_pool (size), then x / (avg * alpha + k) ** beta."""
+    nodes = list(_all_nodes(graph))
+    pool = next((n for n in nodes if n.kind() in ("aten::avg_pool2d", "aten::avg_pool3d")),
+                None)
+    if pool is None:
+        return
+    kernel = reader.args(pool).get("kernel_size")
+    if isinstance(kernel, list) and kernel:
+        put("size", kernel[0])
+    after = nodes[nodes.index(pool):]
+    for kind, name, key in (("aten::mul", "alpha", "other"), ("aten::add", "k", "other"),
+                            ("aten::pow", "beta", "exponent")):
+        for n in after:
+            value = reader.args(n).get(key) if n.kind() == kind else None
+            if hasattr(value, "dim") and value.dim() == 0:  # traced numbers are 0-d tensors
+                value = value.item()
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                put(name, float(value))
+                break

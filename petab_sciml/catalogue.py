@@ -880,6 +880,8 @@ _fn("cat", Arg("tensors", "tensors"), Arg("dim", "int", 0), aliases=["concat", "
 _fn("stack", Arg("tensors", "tensors"), Arg("dim", "int", 0))
 _fn("flatten", _X, Arg("start_dim", "int", 0), Arg("end_dim", "int", -1), methods=["flatten"])
 _fn("reshape", _X, Arg("shape", "dims"), methods=["reshape", "view"], variadic="shape")
+_fn("reshape_as", _X, Arg("other", "tensor"), methods=["reshape_as", "view_as"],
+    torch_ns=False)
 _fn("permute", _X, Arg("dims", "dims"), methods=["permute"], variadic="dims")
 _fn("transpose", _X, Arg("dim0", "int"), Arg("dim1", "int"),
     methods=["transpose", "swapaxes"],
@@ -908,10 +910,13 @@ _fn("pad", _X, Arg("pad", "pads"),
 
 # Functional pools and normalisation (torch.nn.functional signatures; the layers' maths).
 for _n in (1, 2, 3):
+    # F.max_pool2d and F.adaptive_max_pool2d dispatch on return_indices to private
+    # functions, whose names scripted modules call.
     _fn(f"max_pool{_n}d", _X, Arg("kernel_size", f"ints:{_n}"),
         Arg("stride", f"ints?:{_n}", None), Arg("padding", f"ints:{_n}", 0),
         Arg("dilation", f"ints:{_n}", 1), Arg("ceil_mode", "bool", False),
-        Arg("return_indices", "false", False), functional=True)
+        Arg("return_indices", "false", False), functional=True,
+        aliases=[f"torch.nn.functional._max_pool{_n}d"])
     _fn(f"avg_pool{_n}d", _X, Arg("kernel_size", f"ints:{_n}"),
         Arg("stride", f"ints?:{_n}", None), Arg("padding", f"ints:{_n}", 0),
         Arg("ceil_mode", "bool", False), Arg("count_include_pad", "bool", True),
@@ -921,7 +926,8 @@ for _n in (1, 2, 3):
         functional=True, torch_ns=False)
     _fn(f"adaptive_avg_pool{_n}d", _X, Arg("output_size", f"sizes?:{_n}"), functional=True)
     _fn(f"adaptive_max_pool{_n}d", _X, Arg("output_size", f"sizes?:{_n}"),
-        Arg("return_indices", "false", False), functional=True)
+        Arg("return_indices", "false", False), functional=True,
+        aliases=[f"torch.nn.functional._adaptive_max_pool{_n}d"])
 _fn("local_response_norm", _X, Arg("size", "int"), Arg("alpha", "float", 1e-4),
     Arg("beta", "float", 0.75), Arg("k", "float", 1.0), functional=True, torch_ns=False)
 

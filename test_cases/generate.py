@@ -505,6 +505,11 @@ CASES: list[Case] = [
          scale=3.0),
     Case("cumsum", fn1(lambda m, x: torch.cumsum(x, 1) + x.cumsum(dim=-1)), ((3, 4),),
          "torch.cumsum, Tensor.cumsum"),
+    Case("reshape_as_rounding", fn1(lambda m, x: (
+        torch.tanh(x).reshape_as(x.transpose(0, 1)) + x.view_as(x.transpose(0, 1)),
+        torch.floor(x) + x.ceil() + torch.round(x) + x.round(decimals=1) + torch.trunc(x))),
+         ((3, 4),), "Tensor.reshape_as, Tensor.view_as; floor, ceil, round, trunc "
+         "(two outputs)", scale=3.0),
 ]
 
 

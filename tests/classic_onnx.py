@@ -104,8 +104,8 @@ def compare(name: str, backends=("torch", "jax"), seed: int = 0) -> dict[str, fl
     """Relative max error of each backend's output against onnxruntime's."""
     import onnxruntime as ort
 
-    from petab_sciml.plugins import get_backend
     from petab_sciml.formats.onnx import import_onnx
+    from petab_sciml.plugins import get_backend
 
     model = classic_model(name, seed)
     input_name, shape = data_input(model)

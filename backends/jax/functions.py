@@ -200,6 +200,11 @@ def _integral(*values) -> bool:
     return all(jnp.issubdtype(jnp.result_type(v), jnp.integer) for v in values)
 
 
+@_impl("reshape_as")
+def _reshape_as(input, other, **_):
+    return jnp.reshape(input, other.shape)
+
+
 @_impl("floor")
 def _floor(input, **_):
     return jnp.floor(input)

@@ -56,6 +56,10 @@ def reshape(input: torch.Tensor, shape: Any) -> torch.Tensor:
                          if isinstance(shape, int) else shape)
 
 
+def reshape_as(input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return input.reshape(other.shape)
+
+
 def permute(input: torch.Tensor, dims: Any) -> torch.Tensor:
     return torch.permute(input, tuple(dims) if isinstance(dims, (list, tuple)) else (dims,))
 
@@ -159,6 +163,7 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
     "floor_divide": floor_divide, "remainder": remainder, "cumsum": torch.cumsum,
+    "reshape_as": reshape_as,
     "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "local_response_norm": F.local_response_norm,
     **{f"{kind}{n}d": getattr(F, f"{kind}{n}d") for n in (1, 2, 3)
