@@ -220,8 +220,9 @@ class _Lifter:
         structure = LAYERS[layer_type].output
         if structure == "tensor":
             return ref
-        if ts_type.kind() != "TupleType" or len(ts_type.elements()) != len(structure):
-            return self.traced_result(ref, layer_type, module, method)
+        traced = self.traced_result(ref, layer_type, module, method)
+        if traced is not None:
+            return traced
         leaves: list[tuple[int, ...]] = []
 
         def walk(item: Any, path: tuple[int, ...]) -> None:
@@ -248,24 +249,22 @@ class _Lifter:
 
     def traced_result(self, ref: _T, layer_type: str, module: _Mod, method: str) -> Any:
         """A traced recurrent layer's result: the outputs of its aten::lstm / gru / rnn_*
-        op that its traced method returns."""
+        op that its traced method returns, in the order it returns them (traces return
+        only the outputs used, in their own order).  None when the method returns
+        something else (a scripted module)."""
         graph = getattr(module.obj, method).graph
         op = next((n for n in graph.nodes() if n.kind() in (
             "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")), None)
         if op is None:
-            raise self.error(f"cannot tell what the traced {layer_type} {module.path!r} "
-                             "returns (no recurrent aten op in its graph)")
+            return None
         flat = [(0,), (1, 0), (1, 1)] if layer_type == "LSTM" else [(0,), (1,)]
         positions = {v.unique(): k for k, v in enumerate(op.outputs())}
         (returned,) = list(graph.outputs())
         values = list(returned.node().inputs()) \
             if returned.node().kind() == "prim::TupleConstruct" else [returned]
-        paths = []
-        for v in values:
-            if v.unique() not in positions:
-                raise self.error(f"the traced {layer_type} {module.path!r} returns a value "
-                                 "that is not an output of its recurrent op")
-            paths.append(flat[positions[v.unique()]])
+        if not all(v.unique() in positions for v in values):
+            return None
+        paths = [flat[positions[v.unique()]] for v in values]
         if returned.node().kind() != "prim::TupleConstruct":
             return self.tuple_item(_Tuple(ref.name, tuple(paths)), 0)
         return _Tuple(ref.name, tuple(paths))
