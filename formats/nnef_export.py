@@ -197,6 +197,8 @@ class _Writer:
                     self.names[name] = self.recurrent(node, layer)
                 else:
                     self.names[name] = self.layer(node).name
+            elif node.function == "chunk":
+                self.names[name] = self.chunk(node)
             elif node.function == "getitem" and isinstance(
                     self.names.get(node.bound["input"].name), tuple):
                 self.names[name] = self.names[node.bound["input"].name][node.bound["index"]]
@@ -237,6 +239,18 @@ class _Writer:
                 f"graph {graph_name}( {', '.join(inputs)} ) -> ( {', '.join(outputs)} )",
                 "{", *self.lines, "}", ""]
         return "\n".join(text)
+
+    def chunk(self, node: Any) -> tuple[str, ...]:
+        """torch.chunk as slices of ceil(size / chunks)."""
+        b = node.bound
+        shape = self.shapes[b["input"].name]
+        axis = self.axis(b["dim"], len(shape))
+        size, chunks = shape[axis], int(b["chunks"])
+        step = -(-size // chunks)
+        x = self.value(b["input"])
+        return tuple(self.op(f"{node.name}_{k}", "slice", x, axes=[axis], begin=[start],
+                             end=[min(start + step, size)]).name
+                     for k, start in enumerate(range(0, size, step)))
 
     def recurrent(self, node: Any, layer: Any) -> Any:
         """A recurrent layer's tuple of NNEF tensor names (unrolled, see
@@ -632,7 +646,7 @@ class _Writer:
             return self.op(base, "floor", q)
         if f == "cumsum":
             return nnef_extra.cumsum(self, base, x, self.shapes[b["input"].name], b["dim"])
-        if f == "reshape_as":
+        if f in ("reshape_as", "unflatten"):
             return self.op(base, "reshape", x, shape=list(self.shapes[node.name]))
         if f == "local_response_norm":
             return nnef_extra.lrn(self, base, x, self.shapes[b["input"].name], b)

@@ -633,7 +633,8 @@ def _export_function(ex: _Exporter, fn: str, b: Mapping[str, Any]) -> str:
         out = handler(ex, b)
     finally:
         ex.keep_bool = False
-    if fn in _COMPARE_OPS or (all_bool and (fn in _SHAPE_FUNCTIONS or fn == "where")):
+    if not isinstance(out, tuple) and (fn in _COMPARE_OPS or (
+            all_bool and (fn in _SHAPE_FUNCTIONS or fn == "where"))):
         ex.bools.add(out)
     return out
 
@@ -881,6 +882,39 @@ def _divide(ex: _Exporter, b: Mapping[str, Any], rounding_mode: str | None) -> s
     return q
 
 
+def _chunk(ex: _Exporter, b: Mapping[str, Any]) -> tuple[str, ...]:
+    """Split into pieces of ceil(size / chunks) (needs the static size of the axis)."""
+    x = _x(ex, b)
+    shape = ex.shape(x)
+    dim = int(b["dim"])
+    chunks = int(b["chunks"])
+    size = None if shape is None else shape[dim]
+    if size is None:
+        raise ex.error("chunk needs the static size of its axis; pass input_shapes")
+    step = -(-size // chunks)
+    sizes = [min(step, size - s) for s in range(0, size, step)]
+    if len(sizes) != chunks:
+        raise ex.error(f"chunk: a size of {size} does not split into {chunks} pieces")
+    return tuple(ex.op("Split", [x, ex.ints(sizes, "split")], chunks, axis=dim))
+
+
+def _unflatten(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    """Reshape to Shape(x)[:dim] + sizes + Shape(x)[dim+1:] (sizes may hold one -1)."""
+    x = _x(ex, b)
+    rank = ex.need_rank(x, "unflatten")
+    dim = int(b["dim"]) % rank
+    shape = ex.op("Shape", [x])
+    parts = []
+    if dim:
+        parts.append(ex.op("Slice", [shape, ex.ints([0], "starts"), ex.ints([dim], "ends")]))
+    parts.append(ex.ints(_dims(b["sizes"]), "sizes"))
+    if dim < rank - 1:
+        parts.append(ex.op("Slice", [shape, ex.ints([dim + 1], "starts"),
+                                     ex.ints([rank], "ends")]))
+    return ex.op("Reshape", [x, ex.op("Concat", parts, axis=0) if len(parts) > 1
+                             else parts[0]])
+
+
 def _trunc(ex: _Exporter, q: str) -> str:
     return ex.op("Mul", [ex.op("Sign", [q]), ex.op("Floor", [ex.op("Abs", [q])])])
 
@@ -1003,6 +1037,8 @@ _FUNCTIONS: dict[str, Any] = {
     "prod": _prod,
     "flip": _flip,
     "pad": _pad,
+    "unflatten": _unflatten,
+    "chunk": _chunk,
     "reshape_as": lambda ex, b: ex.op("Reshape", [_x(ex, b),
                                                   ex.op("Shape", [ex.operand(b["other"])])]),
     "floor": _simple("Floor"),

@@ -59,6 +59,8 @@ __all__ = ["read", "read_with_parameters", "network_from_torchscript", "FORMAT"]
 
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
+_NOT_TRAINING = object()
+"""``not self.training``."""
 _SHAPE_KEEPING = {name for name, spec in FUNCTIONS.items()
                   if len(spec.tensor_params()) <= 2 and spec.name not in (
                       "matmul", "getitem", "where", "cat", "stack") and all(
@@ -98,6 +100,8 @@ class _Lifter:
         self.graphs: dict[tuple[str, str], Any] = {}
         self.where = ""
         self.rebind: tuple[int, _T] | None = None
+        self.sym: dict[str, list[Any]] = {}
+        """IR node -> its sizes where known symbolically (ints and :class:`_Size`)."""
         self.same_shape: dict[str, str] = {}
         """IR node -> an earlier node known to have the same shape."""
 
@@ -169,6 +173,17 @@ class _Lifter:
                 kwargs[p.name] = values[p.name]
         out = self.emit("call_function", function, args, kwargs, base=function)
         self.note_shape(function, values, out)
+        source = values.get("input")
+        dims = self.sym.get(source.name) if isinstance(source, _T) else None
+        if dims is not None and function in ("transpose", "permute"):
+            rank = len(dims)
+            if function == "transpose":
+                order = list(range(rank))
+                i, j = values["dim0"] % rank, values["dim1"] % rank
+                order[i], order[j] = order[j], order[i]
+            else:
+                order = [d % rank for d in values["dims"]]
+            self.sym[out.name] = [dims[k] for k in order]
         return out
 
     def note_shape(self, function: str, values: Mapping[str, Any], out: _T) -> None:
@@ -457,8 +472,10 @@ class _Lifter:
         if kind in ("prim::ListUnpack", "prim::TupleUnpack"):
             if isinstance(values[0], _Tuple):
                 return [self.tuple_item(values[0], k) for k in range(len(values[0].items))]
-            if isinstance(values[0], _Sizes):  # h, w = x.shape
-                return [_Size(values[0].tensor, k) for k in range(node.outputsSize())]
+            if isinstance(values[0], _Sizes):  # h, w = x.shape: x has that rank
+                sizes = [_Size(values[0].tensor, k) for k in range(node.outputsSize())]
+                self.sym.setdefault(values[0].tensor, list(sizes))
+                return sizes
             return list(values[0])
         if kind in ("prim::TupleIndex", "aten::__getitem__") and isinstance(values[1], int):
             if isinstance(values[0], _Tuple):
@@ -469,6 +486,8 @@ class _Lifter:
                 return values[0][values[1]]
         if kind == "prim::Uninitialized":
             return _UNINITIALIZED
+        if kind == "aten::__not__" and (values[0] is TRAINING or values[0] is _NOT_TRAINING):
+            return _NOT_TRAINING if values[0] is TRAINING else TRAINING
         if kind == "aten::dim" and isinstance(values[0], _T):
             rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
                 else None
@@ -502,6 +521,8 @@ class _Lifter:
         return self.constant_tensor(tensor)
 
     def run_if(self, node: Any, cond: Any, env: dict[int, Any]) -> Any:
+        if cond is TRAINING or cond is _NOT_TRAINING:
+            cond = self.saved_mode_branch(cond)
         if not isinstance(cond, bool):
             what = "the training flag" if cond is TRAINING else "a value known only at run time"
             raise self.error(f"an if-statement depends on {what}; only control flow on "
@@ -510,6 +531,22 @@ class _Lifter:
         self.run_block(block, env)
         outs = [env.get(v.unique(), _UNKNOWN) for v in block.outputs()]
         return outs[0] if len(outs) == 1 else outs
+
+    def saved_mode_branch(self, cond: Any) -> bool:
+        """An if-statement on the training flag outside dropout (torchvision's stochastic
+        depth) follows the mode the archive was saved in; the lifted network then
+        behaves so in both modes, which is said once."""
+        saved = bool(self.root.training)
+        if not self.__dict__.get("_mode_warned"):
+            self._mode_warned = True
+            import warnings
+
+            warnings.warn(
+                f"{self.source or 'TorchScript module'}: {self.where or 'the forward'} "
+                f"branches on self.training; the lifted network takes the "
+                f"{'training' if saved else 'eval'}-mode branch (the mode the archive was "
+                "saved in) in both modes", UserWarning, stacklevel=2)
+        return saved if cond is TRAINING else not saved
 
     def call_function(self, node: Any, args: list[Any]) -> Any:
         name = _function_name(node)
@@ -615,6 +652,11 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
     results = [env[v.unique()] for v in graph.outputs()]
     result = results[0] if len(results) == 1 else tuple(results)
     result = _flat_tensors(lifter, result)
+    if isinstance(result, tuple) and any(r is None for r in result):
+        # GoogLeNet and Inception return (x, None, None) when scripted in eval mode (their
+        # auxiliary outputs); the network returns the tensors.
+        result = tuple(r for r in result if r is not None)
+        result = result[0] if len(result) == 1 else result
     if isinstance(result, _T):
         args: list[Any] = [result.name]
     elif isinstance(result, (list, tuple)) and result and all(

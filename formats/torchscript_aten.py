@@ -8,6 +8,7 @@ arithmetic on constants that constant propagation left over.
 from __future__ import annotations
 
 import operator
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from petab_sciml.formats.torchscript_graph import (
@@ -18,6 +19,7 @@ from petab_sciml.formats.torchscript_graph import (
     _Full,
     _Size,
     _Sizes,
+    _Tuple,
 )
 
 if TYPE_CHECKING:
@@ -163,6 +165,10 @@ def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
     shape = list(shape) if isinstance(shape, (list, tuple)) else shape
     if isinstance(shape, _Sizes) and shape.tensor == x.name:
         return x
+    if isinstance(shape, list) and any(isinstance(s, _Size) for s in shape):
+        lowered = _symbolic_reshape(lf, x, shape)
+        if lowered is not None:
+            return lowered
     if isinstance(shape, _Sizes) or (isinstance(shape, list) and any(
             isinstance(s, _Size) for s in shape)):
         static = _traced_shape(lf, shape)
@@ -196,6 +202,73 @@ def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
             raise lf.error(f"reshape to a shape with run-time sizes {shape!r} is not "
                            "supported (one run-time size, or leading sizes then -1, are)")
     return lf.call("reshape", {"input": x, "shape": shape})
+
+
+def _monomial(dim: Any) -> tuple[Fraction, tuple] | None:
+    """A size as coefficient and symbols (sizes of tensors), for comparing products."""
+    if isinstance(dim, _Size):
+        return Fraction(dim.num, dim.den), ((dim.tensor, dim.dim),)
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
+        return Fraction(dim), ()
+    return None
+
+
+def _product(dims: list) -> tuple[Fraction, tuple] | None:
+    coef, syms = Fraction(1), []
+    for d in dims:
+        m = _monomial(d)
+        if m is None:
+            return None
+        coef *= m[0]
+        syms += list(m[1])
+    return coef, tuple(sorted(syms))
+
+
+def _symbolic_reshape(lf: _Lifter, x: _T, shape: list) -> Any:
+    """A reshape to run-time sizes as flatten/unflatten, found by matching products of
+    the symbolic sizes of ``x`` (from ``h, w = x.shape`` or the sizes the shape uses) with
+    the target's: ``x.view(b, g, c // g, h, w)`` splits ``c``, ``y.view(b, c, h, w)``
+    merges two dimensions back (torchvision's channel shuffle)."""
+    dims = lf.sym.get(x.name, lf.sym.get(lf.same_shape.get(x.name, x.name)))
+    if dims is None:  # the target names sizes of x only: then those are all of them
+        used = [s for s in shape if isinstance(s, _Size)]
+        if not used or {s.tensor for s in used} != {x.name}:
+            return None
+        dims = [_Size(x.name, i) for i in range(max(s.dim for s in used) + 1)]
+    if -1 in shape:
+        return None
+    total_in, total_out = _product(dims), _product(shape)
+    if total_in is None or total_out is None or total_in != total_out:
+        return None
+    groups, i, j = [], 0, 0  # (input dims [i, i2), target dims [j, j2))
+    while i < len(dims) and j < len(shape):
+        i2, j2 = i + 1, j + 1
+        while _product(dims[i:i2]) != _product(shape[j:j2]):
+            left, right = _product(dims[i:i2]), _product(shape[j:j2])
+            if i2 < len(dims) and (j2 >= len(shape) or len(left[1]) <= len(right[1])
+                                   and left[0] <= right[0]):
+                i2 += 1
+            elif j2 < len(shape):
+                j2 += 1
+            else:
+                return None
+        if i2 - i > 1 and j2 - j > 1:
+            return None
+        groups.append((i, i2, j, j2))
+        i, j = i2, j2
+    if i != len(dims) or j != len(shape):
+        return None
+    y = x
+    for i, i2, j, j2 in reversed(groups):
+        if i2 - i > 1:
+            y = lf.call("flatten", {"input": y, "start_dim": i, "end_dim": i2 - 1})
+        elif j2 - j > 1:
+            sizes = [s if isinstance(s, int) else -1 for s in shape[j:j2]]
+            if sizes.count(-1) > 1:
+                return None
+            y = lf.call("unflatten", {"input": y, "dim": i, "sizes": sizes})
+    lf.sym[y.name] = list(shape)
+    return y
 
 
 def _reshape_as_sizes(lf: _Lifter, x: _T, shape: list) -> _T:
@@ -332,6 +405,24 @@ def _identity(lf: _Lifter, a: dict[str, Any]) -> Any:
     return a["self"]
 
 
+def _size_arith(op: str):
+    """aten::floordiv / mul / floor_divide / div on a size and an int: a size expression
+    (traced graphs hold sizes as 0-d tensors)."""
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
+        size, other = a.get("self", a.get("a")), a.get("other", a.get("b"))
+        if isinstance(size, _Size) and isinstance(other, int) and not isinstance(other, bool):
+            if op == "mul":
+                return size.scaled(other, 1)
+            return size.scaled(1, other)
+        if isinstance(other, _Size) and isinstance(size, int) and op == "mul":
+            return other.scaled(size, 1)
+        if "self" not in a:  # int arithmetic (a, b) on run-time sizes
+            raise lf.error(f"aten::{op} of sizes known only at run time ({size!r}, "
+                           f"{other!r}) is not supported")
+        return _SIZE_FALLBACK[op](lf, a)
+    return handler
+
+
 def _size(lf: _Lifter, a: dict[str, Any]) -> Any:
     x = _t(lf, a["self"], "size")
     if a.get("dim") is None:
@@ -369,7 +460,8 @@ _ATEN: dict[str, Any] = {
     "new_zeros": _full(0.0),
     "new_ones": _full(1.0),
     "new_full": _full(None),
-    "floor_divide": _binary("floor_divide"),
+    "floor_divide": _size_arith("floor_divide"),
+    "floordiv": _size_arith("floordiv"),
     "remainder": _binary("remainder"),
     "floor": _unary("floor"),
     "ceil": _unary("ceil"),
@@ -377,6 +469,11 @@ _ATEN: dict[str, Any] = {
     "fix": _unary("trunc"),
     "round": lambda lf, a: lf.call("round", {"input": a["self"],
                                              "decimals": a.get("decimals", 0)}),
+    "chunk": lambda lf, a: _Tuple(
+        lf.call("chunk", {"input": a["self"], "chunks": a["chunks"], "dim": a["dim"]}).name,
+        tuple((k,) for k in range(int(a["chunks"])))),
+    "unflatten": lambda lf, a: lf.call("unflatten", {"input": a["self"], "dim": a["dim"],
+                                                     "sizes": list(a["sizes"])}),
     "reshape_as": lambda lf, a: lf.call("reshape_as", {"input": a["self"],
                                                        "other": a["other"]}),
     "view_as": lambda lf, a: lf.call("reshape_as", {"input": a["self"], "other": a["other"]}),
@@ -456,6 +553,41 @@ _ATEN: dict[str, Any] = {
     "clone": _identity,
     "alias": _identity,
     "size": _size,
-    "linear": _unsupported("functional linear (F.linear) outside an nn.Linear module is not "
-                           "supported; use nn.Linear"),
+    "bmm": _binary("matmul"),
 }
+
+
+def _linear(lf: _Lifter, a: dict[str, Any]) -> _T:
+    """F.linear outside nn.Linear: input @ weight.T (+ bias)."""
+    x = _t(lf, a["input"], "linear")
+    w = lf.call("transpose", {"input": _t(lf, a["weight"], "linear"), "dim0": 0, "dim1": 1})
+    y = lf.call("matmul", {"input": x, "other": w})
+    return y if a.get("bias") is None else lf.call("add", {"input": y, "other": a["bias"]})
+
+
+def _baddbmm(lf: _Lifter, a: dict[str, Any]) -> _T:
+    """beta * self + alpha * batch1 @ batch2."""
+    product = lf.call("matmul", {"input": a["batch1"], "other": a["batch2"]})
+    if a.get("alpha", 1) != 1:
+        product = lf.call("mul", {"input": product, "other": float(a["alpha"])})
+    base = a["self"]
+    if a.get("beta", 1) != 1:
+        base = lf.call("mul", {"input": base, "other": float(a["beta"])})
+    return lf.call("add", {"input": base, "other": product})
+
+
+def _no_floordiv(lf: _Lifter, a: dict[str, Any]) -> Any:
+    raise lf.error("aten::floordiv of values known only at run time is not supported "
+                   "(sizes divided by a constant are)")
+
+
+_SIZE_FALLBACK = {
+    "floor_divide": _binary("floor_divide"),
+    "floordiv": _no_floordiv,
+    "mul": _binary("mul"),
+    "div": _div,
+}
+_ATEN["linear"] = _linear
+_ATEN["baddbmm"] = _baddbmm
+_ATEN["mul"] = _size_arith("mul")
+_ATEN["div"] = _size_arith("div")

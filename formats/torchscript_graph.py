@@ -47,10 +47,20 @@ class _Mod:
 
 @dataclass(frozen=True)
 class _Size:
-    """``tensor.size(dim)``: known only at run time."""
+    """``tensor.size(dim) * num // den``: known only at run time (``num = den = 1`` for
+    the size itself; ``x.size(1) // 2`` in a channel shuffle)."""
 
     tensor: str
     dim: int
+    num: int = 1
+    den: int = 1
+
+    @property
+    def plain(self) -> bool:
+        return self.num == 1 and self.den == 1
+
+    def scaled(self, num: int, den: int) -> _Size:
+        return _Size(self.tensor, self.dim, self.num * num, self.den * den)
 
 
 @dataclass(frozen=True)

@@ -688,6 +688,15 @@ class FunctionSpec:
     variadic: str | None = None
     returns_tensor: bool = True
     method_order: tuple[str, ...] | None = None
+    tuple_of: str | None = None
+    """For functions that return a tuple of tensors (``chunk``): the parameter giving
+    their number; the elements are read with ``getitem``."""
+
+    def output(self, bound: Mapping[str, Any]) -> Any:
+        """What a call with ``bound`` arguments returns (see ``LayerSpec.output``)."""
+        if self.tuple_of is None:
+            return "tensor"
+        return ("tensor",) * int(bound[self.tuple_of])
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -779,6 +788,7 @@ def _fn(
     variadic: str | None = None,
     returns_tensor: bool = True,
     method_order: Sequence[str] | None = None,
+    tuple_of: str | None = None,
 ) -> None:
     spellings = [name, *aliases]
     if torch_ns:
@@ -790,7 +800,7 @@ def _fn(
                       f"<built-in function {op_name}>"]
     spec = FunctionSpec(name, tuple(params), tuple(spellings[1:]), tuple(methods),
                         variadic, returns_tensor,
-                        None if method_order is None else tuple(method_order))
+                        None if method_order is None else tuple(method_order), tuple_of)
     FUNCTIONS[name] = spec
     for s in spellings:
         _SPELLINGS[("call_function", s)] = name
@@ -880,6 +890,11 @@ _fn("cat", Arg("tensors", "tensors"), Arg("dim", "int", 0), aliases=["concat", "
 _fn("stack", Arg("tensors", "tensors"), Arg("dim", "int", 0))
 _fn("flatten", _X, Arg("start_dim", "int", 0), Arg("end_dim", "int", -1), methods=["flatten"])
 _fn("reshape", _X, Arg("shape", "dims"), methods=["reshape", "view"], variadic="shape")
+# torch.chunk: `chunks` pieces of ceil(size / chunks) along dim (torchvision's ShuffleNet
+# splits channels so); the network must divide the size into exactly `chunks` pieces.
+_fn("chunk", _X, Arg("chunks", "int"), Arg("dim", "int", 0), methods=["chunk"],
+    tuple_of="chunks")
+_fn("unflatten", _X, Arg("dim", "int"), Arg("sizes", "dims"), methods=["unflatten"])
 _fn("reshape_as", _X, Arg("other", "tensor"), methods=["reshape_as", "view_as"],
     torch_ns=False)
 _fn("permute", _X, Arg("dims", "dims"), methods=["permute"], variadic="dims")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from petab_sciml.catalogue import (
+    FUNCTIONS,
     FunctionSpec,
     LayerSpec,
     function_spec,
@@ -530,8 +531,9 @@ def _describe(structure: Any) -> str:
 
 def _check_tuple_values(nodes: Sequence[Node], layers: Mapping[str, Layer],
                         order: Sequence[str], file: str | None) -> None:
-    """Layers that return tuples (recurrent layers: ``output, h_n``) may be read only by
-    ``getitem`` with an integer index, as ``out, h = rnn(x)`` is traced."""
+    """Layers and functions that return tuples (recurrent layers: ``output, h_n``;
+    ``chunk``) may be read only by ``getitem`` with an integer index, as
+    ``out, h = rnn(x)`` is traced."""
     by_name = {n.name: n for n in nodes}
     structure: dict[str, Any] = {}
     for name in order:
@@ -539,6 +541,8 @@ def _check_tuple_values(nodes: Sequence[Node], layers: Mapping[str, Layer],
         tuples = [r for r in node.refs() if structure.get(r, "tensor") != "tensor"]
         if node.op == "call_module":
             structure[name] = layers[node.target].spec.output
+        elif node.function is not None and FUNCTIONS[node.function].tuple_of is not None:
+            structure[name] = FUNCTIONS[node.function].output(node.bound)
         if not tuples:
             continue
         ref = tuples[0]

@@ -143,6 +143,11 @@ def _lstm_state(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return out, h, c
 
 
+def _chunk_swap(x: torch.Tensor) -> torch.Tensor:
+    left, right = torch.chunk(x, 2, 1)
+    return torch.cat([right, left], 1)
+
+
 _P = lambda *shape: (lambda: nn.Parameter(torch.randn(*shape) * 0.5))  # noqa: E731
 
 CASES: list[Case] = [
@@ -506,10 +511,13 @@ CASES: list[Case] = [
     Case("cumsum", fn1(lambda m, x: torch.cumsum(x, 1) + x.cumsum(dim=-1)), ((3, 4),),
          "torch.cumsum, Tensor.cumsum"),
     Case("reshape_as_rounding", fn1(lambda m, x: (
-        torch.tanh(x).reshape_as(x.transpose(0, 1)) + x.view_as(x.transpose(0, 1)),
+        torch.tanh(x).reshape_as(x.transpose(0, 1)) + x.view_as(x.transpose(0, 1))
+        + torch.unflatten(x, 1, (2, -1)).flatten(1).reshape(4, 3)
+        + x.unflatten(0, (1, 3))[0].transpose(0, 1)
+        + _chunk_swap(x).transpose(0, 1) * x.chunk(3)[2].sum(),
         torch.floor(x) + x.ceil() + torch.round(x) + x.round(decimals=1) + torch.trunc(x))),
-         ((3, 4),), "Tensor.reshape_as, Tensor.view_as; floor, ceil, round, trunc "
-         "(two outputs)", scale=3.0),
+         ((3, 4),), "Tensor.reshape_as, Tensor.view_as, unflatten, chunk; floor, ceil, "
+         "round, trunc (two outputs)", scale=3.0),
 ]
 
 

@@ -200,6 +200,28 @@ def _integral(*values) -> bool:
     return all(jnp.issubdtype(jnp.result_type(v), jnp.integer) for v in values)
 
 
+@_impl("chunk")
+def _chunk(input, chunks, dim=0, **_):
+    """torch.chunk: pieces of ceil(size / chunks) along ``dim``."""
+    size = input.shape[dim]
+    step = -(-size // chunks)
+    starts = list(range(0, size, step))
+    if len(starts) != chunks:
+        raise ValueError(f"chunk: a size of {size} does not split into {chunks} pieces")
+    return tuple(jax.lax.slice_in_dim(input, s, min(s + step, size), axis=dim)
+                 for s in starts)
+
+
+@_impl("unflatten")
+def _unflatten(input, dim, sizes, **_):
+    dim = dim % input.ndim
+    sizes = list(_dims(sizes))
+    if -1 in sizes:
+        known = int(np.prod([s for s in sizes if s != -1]))
+        sizes[sizes.index(-1)] = input.shape[dim] // known
+    return jnp.reshape(input, input.shape[:dim] + tuple(sizes) + input.shape[dim + 1:])
+
+
 @_impl("reshape_as")
 def _reshape_as(input, other, **_):
     return jnp.reshape(input, other.shape)

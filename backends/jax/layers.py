@@ -393,9 +393,10 @@ class LocalResponseNorm(LayerModule):
         pads = [(0, 0)] * x.ndim
         pads[1] = (self.size // 2, (self.size - 1) // 2)
         sq = jnp.pad(sq, pads)
-        window = (1, self.size) + (1,) * (x.ndim - 2)
-        total = jax.lax.reduce_window(sq, jnp.zeros((), x.dtype), jax.lax.add, window,
-                                      (1,) * x.ndim, "VALID")
+        channels = x.shape[1]
+        total = sq[:, :channels]
+        for j in range(1, self.size):
+            total = total + sq[:, j:j + channels]
         return x / jnp.power(total * (self.alpha / self.size) + self.k, self.beta)
 
 

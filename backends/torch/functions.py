@@ -56,6 +56,18 @@ def reshape(input: torch.Tensor, shape: Any) -> torch.Tensor:
                          if isinstance(shape, int) else shape)
 
 
+def unflatten(input: torch.Tensor, dim: int, sizes: Any) -> torch.Tensor:
+    return torch.unflatten(input, dim, tuple(sizes) if isinstance(sizes, list) else sizes)
+
+
+def chunk(input: torch.Tensor, chunks: int, dim: int = 0) -> tuple[torch.Tensor, ...]:
+    pieces = torch.chunk(input, chunks, dim)
+    if len(pieces) != chunks:
+        raise ValueError(f"chunk: a size of {input.shape[dim]} does not split into {chunks} "
+                         "pieces")
+    return pieces
+
+
 def reshape_as(input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return input.reshape(other.shape)
 
@@ -163,7 +175,7 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
     "floor_divide": floor_divide, "remainder": remainder, "cumsum": torch.cumsum,
-    "reshape_as": reshape_as,
+    "reshape_as": reshape_as, "unflatten": unflatten, "chunk": chunk,
     "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
     "local_response_norm": F.local_response_norm,
     **{f"{kind}{n}d": getattr(F, f"{kind}{n}d") for n in (1, 2, 3)

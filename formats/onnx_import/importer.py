@@ -353,8 +353,16 @@ class _Importer:
         return f"node {node.name or node.op_type!r}"
 
     def error(self, node: Any, message: str) -> NetworkError:
-        if self.inference_error and re.search(r"\b(rank|shape|sizes?)\b", message):
-            message += f" (ONNX shape inference failed on this model: {self.inference_error})"
+        if re.search(r"\b(rank|shape|sizes?)\b", message):
+            if self.inference_error:
+                message += (f" (ONNX shape inference failed on this model: "
+                            f"{self.inference_error})")
+            else:
+                blind = [n for n in node.input if n and n not in self.inits
+                         and self.shapes.get(n) is None]
+                if blind:
+                    message += (" (ONNX shape inference found no shape for "
+                                f"{', '.join(repr(n) for n in blind)})")
         return NetworkError(f"ONNX op {node.op_type} (opset {self.opset}): {message}",
                             file=self.source, entry=self._where(node))
 

@@ -53,6 +53,46 @@ def _split(im: _Importer, node: Any, ins: list) -> None:
         start += s
 
 
+@handles("SplitToSequence")
+def _split_to_sequence(im: _Importer, node: Any, ins: list) -> None:
+    """A sequence of slices (the dynamo exporter's torch.chunk), read by SequenceAt with
+    constant positions; kept as a Python list of values."""
+    at = im.attrs(node)
+    x = ins[0]
+    shape = im.shape(x)
+    rank = None if shape is None else len(shape)
+    axis = int(at.get("axis", 0))
+    size = None if shape is None else shape[axis]
+    if size is None:
+        raise im.error(node, "SplitToSequence needs the static size of the split axis")
+    split = im.static(node, 1, "split") if len(ins) > 1 and ins[1] is not None else None
+    if split is None or np.asarray(split).ndim == 0:
+        step = 1 if split is None else int(np.asarray(split))
+        sizes = [min(step, int(size) - s) for s in range(0, int(size), step)]
+    else:
+        sizes = [int(v) for v in np.asarray(split).reshape(-1)]
+    keep = int(at.get("keepdims", 1)) or split is not None
+    ref = im.tensor(x, node)
+    pieces, start = [], 0
+    for s in sizes:
+        if keep:
+            piece = im.slice_axis(ref, node, axis, start, start + s, rank)
+        else:
+            piece = im.emit("getitem", [ref], {"index": im.index_on(node, axis, start, rank)})
+        pieces.append(_T(piece))
+        start += s
+    im.env[node.output[0]] = pieces
+
+
+@handles("SequenceAt")
+def _sequence_at(im: _Importer, node: Any, ins: list) -> None:
+    sequence = ins[0]
+    if not isinstance(sequence, list):
+        raise im.error(node, "SequenceAt of a sequence not made by SplitToSequence")
+    position = int(np.asarray(im.static(node, 1, "position")).reshape(()))
+    im.alias(node, 0, sequence[position])
+
+
 @handles("Slice")
 def _slice(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
