@@ -48,6 +48,7 @@ from petab_sciml.formats.torchscript_graph import (
     _prepared,
     _qualified,
     _Size,
+    _SizeProd,
     _Sizes,
     _Tuple,
 )
@@ -131,9 +132,10 @@ class _Lifter:
             return {k: self.ir(v) for k, v in value.items()}
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
-        if isinstance(value, (_Size, _Sizes)):
-            raise self.error(f"a tensor size ({value.tensor}.size()) is used as a value; "
-                             "sizes known only at run time are not supported here")
+        if isinstance(value, (_Size, _Sizes, _SizeProd)):
+            tensor = value.factors[0].tensor if isinstance(value, _SizeProd) else value.tensor
+            raise self.error(f"a tensor size ({tensor}.size()) is used as a value; sizes "
+                             "known only at run time are supported in reshapes only")
         if isinstance(value, _Full):
             return self.ir(self.full_tensor(value))
         if isinstance(value, _Tuple):
@@ -491,6 +493,10 @@ class _Lifter:
         if kind == "aten::dim" and isinstance(values[0], _T):
             rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
                 else None
+            known = self.sym.get(values[0].name, self.sym.get(self.same_shape.get(
+                values[0].name, values[0].name)))
+            if rank is None and known is not None:
+                rank = len(known)
             if rank is None:
                 raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
                                  "scripted module); trace the module, or avoid x.dim()")
@@ -534,18 +540,23 @@ class _Lifter:
 
     def saved_mode_branch(self, cond: Any) -> bool:
         """An if-statement on the training flag outside dropout (torchvision's stochastic
-        depth) follows the mode the archive was saved in; the lifted network then
-        behaves so in both modes, which is said once."""
+        depth) follows the eval-mode branch when the archive was saved in eval mode (as
+        models are exported for inference); the lifted network then behaves so in both
+        modes, which is said once.  Saved in training mode, it is refused."""
         saved = bool(self.root.training)
+        if saved:
+            raise self.error("an if-statement depends on the training flag; only control "
+                             "flow on constants can be lifted (an archive saved in eval "
+                             "mode follows its eval-mode branch)")
         if not self.__dict__.get("_mode_warned"):
             self._mode_warned = True
             import warnings
 
             warnings.warn(
                 f"{self.source or 'TorchScript module'}: {self.where or 'the forward'} "
-                f"branches on self.training; the lifted network takes the "
-                f"{'training' if saved else 'eval'}-mode branch (the mode the archive was "
-                "saved in) in both modes", UserWarning, stacklevel=2)
+                "branches on self.training; the lifted network takes the eval-mode branch "
+                "(the mode the archive was saved in) in both modes", UserWarning,
+                stacklevel=2)
         return saved if cond is TRAINING else not saved
 
     def call_function(self, node: Any, args: list[Any]) -> Any:

@@ -18,6 +18,7 @@ from petab_sciml.formats.torchscript_graph import (
     TRAINING,
     _Full,
     _Size,
+    _SizeProd,
     _Sizes,
     _Tuple,
 )
@@ -33,6 +34,7 @@ _SCALAR_OPS = {
     "__not__": operator.not_, "__is__": operator.is_, "__isnot__": operator.is_not,
     "__and__": operator.and_, "__or__": operator.or_, "len": len,
     "__contains__": lambda container, item: item in container,
+    "__getitem__": operator.getitem,
 }
 
 
@@ -42,7 +44,7 @@ def _scalar_op(kind: str, values: list[Any]) -> Any:
     fn = _SCALAR_OPS.get(name)
     if fn is None or not values:
         return _UNKNOWN
-    if not all(v is None or isinstance(v, (bool, int, float, str, list, tuple))
+    if not all(v is None or isinstance(v, (bool, int, float, str, list, tuple, dict))
                for v in values):
         return _UNKNOWN
     try:
@@ -165,7 +167,7 @@ def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
     shape = list(shape) if isinstance(shape, (list, tuple)) else shape
     if isinstance(shape, _Sizes) and shape.tensor == x.name:
         return x
-    if isinstance(shape, list) and any(isinstance(s, _Size) for s in shape):
+    if isinstance(shape, list) and any(isinstance(s, (_Size, _SizeProd)) for s in shape):
         lowered = _symbolic_reshape(lf, x, shape)
         if lowered is not None:
             return lowered
@@ -208,6 +210,8 @@ def _monomial(dim: Any) -> tuple[Fraction, tuple] | None:
     """A size as coefficient and symbols (sizes of tensors), for comparing products."""
     if isinstance(dim, _Size):
         return Fraction(dim.num, dim.den), ((dim.tensor, dim.dim),)
+    if isinstance(dim, _SizeProd):
+        return _product(list(dim.factors))
     if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
         return Fraction(dim), ()
     return None
@@ -231,7 +235,8 @@ def _symbolic_reshape(lf: _Lifter, x: _T, shape: list) -> Any:
     merges two dimensions back (torchvision's channel shuffle)."""
     dims = lf.sym.get(x.name, lf.sym.get(lf.same_shape.get(x.name, x.name)))
     if dims is None:  # the target names sizes of x only: then those are all of them
-        used = [s for s in shape if isinstance(s, _Size)]
+        used = [f for s in shape for f in (s.factors if isinstance(s, _SizeProd) else (s,))
+                if isinstance(f, _Size)]
         if not used or {s.tensor for s in used} != {x.name}:
             return None
         dims = [_Size(x.name, i) for i in range(max(s.dim for s in used) + 1)]
@@ -416,6 +421,9 @@ def _size_arith(op: str):
             return size.scaled(1, other)
         if isinstance(other, _Size) and isinstance(size, int) and op == "mul":
             return other.scaled(size, 1)
+        if op == "mul" and all(isinstance(v, (_Size, _SizeProd)) for v in (size, other)):
+            return _SizeProd(tuple(f for v in (size, other) for f in (
+                v.factors if isinstance(v, _SizeProd) else (v,))))
         if "self" not in a:  # int arithmetic (a, b) on run-time sizes
             raise lf.error(f"aten::{op} of sizes known only at run time ({size!r}, "
                            f"{other!r}) is not supported")

@@ -64,6 +64,13 @@ class _Size:
 
 
 @dataclass(frozen=True)
+class _SizeProd:
+    """A product of run-time sizes (``h * w`` after ``n, c, h, w = x.shape``)."""
+
+    factors: tuple[_Size, ...]
+
+
+@dataclass(frozen=True)
 class _Sizes:
     """``tensor.size()``."""
 
