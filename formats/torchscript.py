@@ -218,7 +218,14 @@ class _Lifter:
                 if not isinstance(part, _T):
                     raise self.error(f"layer {layer_id!r} is called with {x!r}; expected "
                                      "tensors")
-        return self.emit("call_module", layer_id, inputs, base=layer_id)
+        out = self.emit("call_module", layer_id, inputs, base=layer_id)
+        if spec is not None and inputs and isinstance(inputs[0], _T):
+            dims = self.sym.get(inputs[0].name)
+            if dims is not None:
+                shaped = _layer_sizes(spec, self.layers[layer_id]["args"], dims)
+                if shaped is not None:
+                    self.sym[out.name] = shaped
+        return out
 
     def full_tensor(self, value: _Full) -> _T:
         """A filled tensor as a constant (its sizes must be known at import)."""
@@ -508,6 +515,8 @@ class _Lifter:
             return values[0] if kind not in ("prim::device", "prim::dtype") else _UNKNOWN
         if kind == "aten::warn":
             return None
+        if kind in ("aten::format", "aten::str"):  # messages of checks and warnings
+            return "<message>"
         if kind == "prim::RaiseException":
             raise self.error("the forward raises an exception for this module (a check in "
                              "its code failed while lifting)")
@@ -529,6 +538,11 @@ class _Lifter:
     def run_if(self, node: Any, cond: Any, env: dict[int, Any]) -> Any:
         if cond is TRAINING or cond is _NOT_TRAINING:
             cond = self.saved_mode_branch(cond)
+        if not isinstance(cond, bool):
+            raising = [any(n.kind() == "prim::RaiseException" for n in b.nodes())
+                       for b in node.blocks()]
+            if raising.count(True) == 1:  # a check (torch._assert(h == size)): it passes
+                cond = not raising[0]
         if not isinstance(cond, bool):
             what = "the training flag" if cond is TRAINING else "a value known only at run time"
             raise self.error(f"an if-statement depends on {what}; only control flow on "
@@ -587,8 +601,17 @@ class _Lifter:
                 return scalar
         if handler is None:
             raise self.error(f"aten::{kind} is not supported (no catalogue function for it)")
+        if base in ("eq", "ne", "lt", "le", "gt", "ge") and any(
+                isinstance(v, (_Size, _SizeProd)) for v in values) and not any(
+                isinstance(v, _T) for v in values):
+            return _UNKNOWN  # a size test: only an if that raises may depend on it
         self.current = node
-        result = handler(self, a)
+        try:
+            result = handler(self, a)
+        except KeyError:  # int/bool overloads (a, b) reached with run-time values
+            shown = ", ".join(f"{n}={v!r}" for n, v in a.items())
+            raise self.error(f"aten::{kind}({shown}) is not supported (values known only "
+                             "at run time)") from None
         first = node.inputsAt(0) if node.inputsSize() else None
         if base != kind and first is not None and isinstance(result, _T):
             # In-place op: later uses of the input see the result.
@@ -677,6 +700,40 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
         raise lifter.error(f"the forward must return a tensor or a tuple of tensors, got "
                            f"{result!r}")
     lifter.nodes.append({"name": "output", "op": "output", "target": "output", "args": args})
+
+
+_SAME_SIZE_LAYERS = ("BatchNorm", "InstanceNorm", "LayerNorm", "Dropout", "AlphaDropout",
+                     "LocalResponseNorm", "PReLU")
+
+
+def _layer_sizes(spec: Any, args: Mapping[str, Any], dims: list[Any]) -> list[Any] | None:
+    """The symbolic sizes of a layer's output from its input's, where simple: layers
+    that keep the shape, and convolutions whose spatial size is divided exactly
+    (kernel == stride, no padding: ViT's patch embedding) or kept."""
+    from petab_sciml.catalogue import as_tuple
+
+    if spec.function is not None or spec.type.startswith(_SAME_SIZE_LAYERS):
+        return list(dims)
+    if not spec.type.startswith("Conv") or spec.type.startswith("ConvTranspose"):
+        return None
+    config = spec.resolve_args(args)
+    n = spec.spatial_dims
+    if len(dims) != n + 2:
+        return None
+    kernel, stride = as_tuple(config["kernel_size"], n), as_tuple(config["stride"], n)
+    dilation = as_tuple(config["dilation"], n)
+    padding = config["padding"]
+    out = [dims[0], config["out_channels"]]
+    for size, k, st, d, i in zip(dims[2:], kernel, stride, dilation, range(n)):
+        pad = 0 if padding == "valid" else None if padding == "same" else as_tuple(padding,
+                                                                                   n)[i]
+        if (padding == "same" or (k == 1 and pad == 0)) and st == 1:
+            out.append(size)
+        elif pad == 0 and d == 1 and k == st and isinstance(size, _Size):
+            out.append(size.scaled(1, st))
+        else:
+            return None
+    return out
 
 
 def _flat_tensors(lifter: _Lifter, value: Any) -> Any:
