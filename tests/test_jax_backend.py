@@ -135,7 +135,7 @@ TORCH_SPECIAL = {
     "reshape_as": lambda input, other: input.reshape_as(other),
     "pow": lambda input, exponent: input ** exponent,
     "neg": lambda input: -input,
-    "contiguous": lambda input: input.contiguous(),
+    "contiguous": lambda input, memory_format: input.contiguous(),
     "reshape": lambda input, shape: torch.reshape(input, _dims(shape)),
     "permute": lambda input, dims: input.permute(*_dims(dims)),
     "squeeze": lambda input, dim: (torch.squeeze(input) if dim is None
