@@ -1,7 +1,9 @@
 """Write the bundled example problem: a Lotka-Volterra universal differential equation.
 
 The predation rate constant ``gamma`` of the predator-growth reaction is replaced by a
-2-5-5-1 tanh network of (prey, predator); ``alpha``, ``beta``, ``delta`` and the network
+2-5-5-1 tanh network of (prey, predator) with a softplus output (a rate is positive, and
+a network at its PyTorch default initialisation then gives a gamma of the right order,
+so that random starts of a multi-start fit simulate sensibly); ``alpha``, ``beta``, ``delta`` and the network
 are estimated from synthetic measurements of both species, generated here with scipy
 from the true model (gamma = 0.8) plus Gaussian noise (sd 0.05). Deterministic; run
 ``python examples/lotka_volterra_ude/make_example.py`` to rewrite the files beside it.
@@ -103,9 +105,9 @@ def write_tables(folder: Path) -> None:
         "experiments.tsv": "experimentId\ttime\tconditionId\nlv_experiment\t0.0\t",
         "parameters.tsv": "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\t"
                           "estimate\n"
-                          "alpha\tlin\t0.0\t15.0\t1.1\ttrue\n"
-                          "beta\tlin\t0.0\t15.0\t0.7\ttrue\n"
-                          "delta\tlin\t0.0\t15.0\t1.5\ttrue\n"
+                          "alpha\tlin\t0.5\t3.0\t1.1\ttrue\n"
+                          "beta\tlin\t0.5\t3.0\t0.7\ttrue\n"
+                          "delta\tlin\t0.5\t3.0\t1.5\ttrue\n"
                           "net1_ps\tlin\t-inf\tinf\tarray\ttrue",
         "mapping.tsv": "petabEntityId\tmodelEntityId\n"
                        "net1_prey\tnet1.inputs[0][0]\n"
@@ -153,7 +155,8 @@ class Net1(torch.nn.Module):
         self.layer3 = torch.nn.Linear(5, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer3(torch.tanh(self.layer2(torch.tanh(self.layer1(x)))))
+        return torch.nn.functional.softplus(
+            self.layer3(torch.tanh(self.layer2(torch.tanh(self.layer1(x))))))
 
 
 def write_network(folder: Path) -> None:
@@ -162,12 +165,12 @@ def write_network(folder: Path) -> None:
     network = network_from_module(module, "net1", input_ids=["input0"])
     nn_yaml.write(network, folder / "net1.yaml")
     params = parameters_from_module(module, network)
-    # Small weights and an output bias of 0.5 so that the untrained network starts near
-    # a constant gamma of the right order; training learns the rest.
+    # Small weights and an output bias of 0 so that the untrained network starts near a
+    # constant gamma of softplus(0) = 0.69; training learns the rest.
     for arrays in params.values():
         for key in arrays:
             arrays[key] = (arrays[key] * 0.1).astype(np.float64)
-    params["layer3"]["bias"][:] = 0.5
+    params["layer3"]["bias"][:] = 0.0
     save_parameters(folder / "net1_ps.hdf5", network, params)
 
 
