@@ -3,9 +3,10 @@
 The predation rate constant ``gamma`` of the predator-growth reaction is replaced by a
 2-5-5-1 tanh network of (prey, predator) with a softplus output (a rate is positive, and
 a network at its PyTorch default initialisation then gives a gamma of the right order,
-so that random starts of a multi-start fit simulate sensibly); ``alpha``, ``beta``, ``delta`` and the network
-are estimated from synthetic measurements of both species, generated here with scipy
-from the true model (gamma = 0.8) plus Gaussian noise (sd 0.05). Deterministic; run
+so that random starts of a multi-start fit simulate sensibly); ``alpha``, ``beta``,
+``delta`` and the network are estimated from synthetic measurements of both species,
+generated here with scipy from the true model (gamma = 0.8) plus Gaussian noise (sd
+0.05). Deterministic; run
 ``python examples/lotka_volterra_ude/make_example.py`` to rewrite the files beside it.
 """
 
