@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import libsbml
 import numpy as np
-import torch
-from scipy.integrate import solve_ivp
 
-from petab_sciml.arrays import save_parameters
-from petab_sciml.formats import yaml as nn_yaml
-from petab_sciml.formats.torch_fx import network_from_module, parameters_from_module
+# libsbml, scipy and torch are imported where used: report.py reads TRUE from here in an
+# environment with JAX only.
 
 HERE = Path(__file__).resolve().parent
 TRUE = {"alpha": 1.3, "beta": 0.9, "gamma": 0.8, "delta": 1.8}
@@ -31,6 +27,8 @@ NOISE_SD = 0.05
 
 
 def write_sbml(path: Path) -> None:
+    import libsbml
+
     doc = libsbml.SBMLDocument(3, 2)
     model = doc.createModel()
     model.setId("lotka_volterra")
@@ -79,6 +77,8 @@ def write_sbml(path: Path) -> None:
 
 
 def simulate_truth() -> np.ndarray:
+    from scipy.integrate import solve_ivp
+
     a, b, g, d = TRUE["alpha"], TRUE["beta"], TRUE["gamma"], TRUE["delta"]
 
     def rhs(t, x):
@@ -146,21 +146,26 @@ extensions:
         (folder / name).write_text(text.rstrip("\n") + "\n")
 
 
-class Net1(torch.nn.Module):
-    """The network that replaces gamma: 2 inputs (prey, predator), 1 output."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer1 = torch.nn.Linear(2, 5)
-        self.layer2 = torch.nn.Linear(5, 5)
-        self.layer3 = torch.nn.Linear(5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.softplus(
-            self.layer3(torch.tanh(self.layer2(torch.tanh(self.layer1(x))))))
-
-
 def write_network(folder: Path) -> None:
+    import torch
+
+    from petab_sciml.arrays import save_parameters
+    from petab_sciml.formats import yaml as nn_yaml
+    from petab_sciml.formats.torch_fx import network_from_module, parameters_from_module
+
+    class Net1(torch.nn.Module):
+        """The network that replaces gamma: 2 inputs (prey, predator), 1 output."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer1 = torch.nn.Linear(2, 5)
+            self.layer2 = torch.nn.Linear(5, 5)
+            self.layer3 = torch.nn.Linear(5, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.softplus(
+                self.layer3(torch.tanh(self.layer2(torch.tanh(self.layer1(x))))))
+
     torch.manual_seed(0)
     module = Net1()
     network = network_from_module(module, "net1", input_ids=["input0"])
