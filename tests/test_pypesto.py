@@ -138,7 +138,7 @@ def test_gradient_matches_finite_differences_on_parameter_scale(problem, tmp_pat
     lower, upper = objective.vector.bounds()
     assert lower[0] == pytest.approx(-2.0) and upper[0] == pytest.approx(math.log10(15.0))
     assert lower[1] == -math.inf and upper[1] == pytest.approx(math.log(15.0))
-    assert (lower[2], upper[2]) == (0.0, 15.0) and np.isinf(lower[3:]).all()
+    assert (lower[2], upper[2]) == (0.5, 3.0) and np.isinf(lower[3:]).all()
 
 
 # ------------------------------------------------------------------------------ starts
