@@ -39,16 +39,36 @@ from petab_sciml.simulation.compiled import compile_plan
 from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
-CHECKPOINTS: int | None = None
-"""``RecursiveCheckpointAdjoint(checkpoints=...)`` of ``sensitivity="reverse"`` (None:
-diffrax's default for ``max_steps``)."""
 FORWARD_MODE_MAX = 512
 """``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
 ``theta`` and network arrays), reverse mode above."""
 
-COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-"""XLA options of the objective's compilation: the classic CPU emitters compile these
-while-loop-heavy programs about twice as fast, with the same run time."""
+COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
+                    "xla_cpu_experimental_ynn_fusion_type": ""}
+"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`:
+the classic CPU emitters compile these
+while-loop-heavy programs about twice as fast, with the same run time; no YNNPACK
+fusions, whose float64 kernels make small-batch products inside the solver loops 2-80x
+slower (a 2048-wide layer on a batch of two vectors: 1 s instead of 12 ms; forward
+sensitivities of a 17k-parameter network: 3.7x; ``benchmarks/bench_width.py``)."""
+LARGE_NETWORK_PARAMETERS = 10_000
+"""From this many parameters (mechanistic and network arrays, ``plan.n_w``) on, reverse
+and adjoint modes are compiled with XLA's fusion emitters (:data:`LARGE_COMPILER_OPTIONS`),
+whose code for the network-sized element-wise work (the weight cotangents: one outer
+product per layer and Runge-Kutta stage) runs 1.3x faster from 17k parameters on while a
+second more of compilation no longer matters (forward sensitivities gain nothing from
+them); and forward sensitivities keep the parameters as a pytree inside the right-hand
+side (:meth:`JaxExecutor._period_solver`)."""
+LARGE_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def compiler_options(n_parameters: int, sensitivity: str) -> dict[str, Any]:
+    """XLA options of the objective of a problem with ``n_parameters`` parameters whose
+    gradient comes from (resolved) ``sensitivity``."""
+    if n_parameters >= LARGE_NETWORK_PARAMETERS and sensitivity != "forward":
+        return dict(LARGE_COMPILER_OPTIONS)
+    return dict(COMPILER_OPTIONS)
+
 
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
 SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
@@ -61,6 +81,12 @@ class JaxOptions:
     atol: float = 1e-8
     max_steps: int = 100_000
     sensitivity: str = "auto"
+    checkpoints: int | None = None
+    """Checkpoints of ``sensitivity="reverse"`` (``RecursiveCheckpointAdjoint``); None:
+    diffrax's default, about ``sqrt(2 * max_steps)`` (447).  Each holds the solver's loop
+    state (states, step-size controller, outputs saved so far), never the network's
+    arrays: with few states, memory does not depend on this number or on the network's
+    size (see docs/simulation.md); fewer checkpoints than steps recompute steps."""
 
     def resolved_sensitivity(self, n_parameters: int) -> str:
         if self.sensitivity == "auto":
@@ -104,6 +130,8 @@ class JaxExecutor:
                                   f"{', '.join(SENSITIVITIES)}")
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w)
+        self.compiler_options = compiler_options(plan.n_w, self.sensitivity)
+        """XLA options of the compiled objective (:func:`compiler_options`)."""
         self.fns = compile_plan(plan, "jax")
         self._forwards = self._networks()
         self._train_forwards: dict[int, Any] = {}
@@ -451,7 +479,7 @@ class JaxExecutor:
                 adjoint = diffrax.BacksolveAdjoint(solver=_diffrax_solver(opts.solver),
                                                    stepsize_controller=controller)
             else:
-                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=CHECKPOINTS)
+                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=opts.checkpoints)
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
@@ -463,40 +491,75 @@ class JaxExecutor:
 
             return solve
 
-        # -- forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays)
-        sizes = [n_theta] + [n_out[j] for j in pre_ids]
-        shapes = []
-        for j in rhs_nets:
-            for s in self.plan.networks[j].arrays:
-                shapes.append((j, s))
-                sizes.append(s.size)
-        offsets = np.cumsum([0] + sizes)
-        n_p = int(offsets[-1])
+        # -- forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays);
+        # the columns of S follow that order
+        shapes = [(j, s) for j in rhs_nets for s in self.plan.networks[j].arrays]
+        leaf_shapes = ([(n_theta,)] + [(n_out[j],) for j in pre_ids]
+                       + [tuple(s.shape) for _, s in shapes])
+        n_p = int(sum(np.prod(shape, dtype=np.int64) for shape in leaf_shapes))
         n = n_x + n_p
+        # Large networks: p stays a pytree inside the right-hand side, and J_p is written
+        # once into its columns; as one vector sliced in the right-hand side, every array
+        # costs a pad and an add of all of p per reverse pass (3x slower at 17k
+        # parameters).  Small ones keep the single vector (results bit for bit as before).
+        tree = self.plan.n_w >= LARGE_NETWORK_PARAMETERS
 
-        def unflatten(p, outs_template):
-            theta = p[: n_theta]
+        def as_tree(p_flat):
+            """``(theta, [pre outputs], [rhs arrays])`` from one vector."""
+            leaves, start = [], 0
+            for shape in leaf_shapes:
+                size = int(np.prod(shape, dtype=np.int64))
+                leaves.append(p_flat[start: start + size].reshape(shape))
+                start += size
+            k = 1 + len(pre_ids)
+            return leaves[0], leaves[1:k], leaves[k:]
+
+        def parameters(theta, outs):
+            arrays_ = []
+            for j, s in shapes:
+                group = nets[j][0] if s.ir_trainable else nets[j][1]
+                arrays_.append(group[s.layer][s.array])
+            p = (theta, [outs[j] for j in pre_ids], arrays_)
+            if tree:
+                return p
+            parts = [leaf.reshape(-1) for leaf in jax.tree_util.tree_leaves(p)]
+            return jnp.concatenate(parts) if parts else jnp.zeros((0,))
+
+        def unpack(p, outs_template):
+            theta, pre, arrays_ = p if tree else as_tree(p)
             outs = list(outs_template)
-            for i, j in enumerate(pre_ids):
-                outs[j] = p[offsets[1 + i]: offsets[2 + i]]
+            for j, value in zip(pre_ids, pre):
+                outs[j] = value
             nets_ = [(dict(), dict()) for _ in nets]
-            base = 1 + len(pre_ids)
-            for i, (j, s) in enumerate(shapes):
-                value = p[offsets[base + i]: offsets[base + i + 1]].reshape(s.shape)
+            for (j, s), value in zip(shapes, arrays_):
                 target = nets_[j][0] if s.ir_trainable else nets_[j][1]
                 target.setdefault(s.layer, {})[s.array] = value
             return theta, outs, nets_
 
-        def flatten(theta, outs):
-            parts = [theta] + [outs[j] for j in pre_ids]
-            for j, s in shapes:
-                group = nets[j][0] if s.ir_trainable else nets[j][1]
-                parts.append(group[s.layer][s.array].reshape(-1))
-            return jnp.concatenate(parts) if parts else jnp.zeros((0,))
-
         def field_p(t, x, p, arrays, outs_template):
-            theta, outs, nets_ = unflatten(p, outs_template)
+            theta, outs, nets_ = unpack(p, outs_template)
             return field(t, x, theta, outs, arrays, nets_)
+
+        def split(v):
+            """A vector over p's entries in p's form (a pytree when ``tree``)."""
+            if not tree:
+                return v
+            theta, pre, arrays_ = as_tree(v)
+            return theta, list(pre), list(arrays_)
+
+        def j_x_s(jx, sens):
+            if tree:
+                # a dot: the broadcast form below lands in a YNNPACK fusion under XLA's
+                # default options (the native model's), 3.7x slower at 17k parameters
+                return jx @ sens
+            # a broadcast product and sum: fuses with the rest for small systems
+            return jnp.sum(jx[:, :, None] * sens[None], axis=1)
+
+        def columns(jp):
+            if not tree:
+                return jp
+            return jnp.concatenate([leaf.reshape(n_x, -1)
+                                    for leaf in jax.tree_util.tree_leaves(jp)], 1)
 
         plain_term = diffrax.ODETerm(lambda t, x, a: field_p(t, x, *a))
         controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
@@ -513,13 +576,11 @@ class JaxExecutor:
                 # forward passes when there are fewer states than parameters)
                 fx, vjp = jax.vjp(f, x, p)
                 jx, jp = jax.vmap(vjp)(jnp.eye(n_x, dtype=x.dtype))
-                # J_x S as a broadcast product and sum: fuses with the rest (a dot here
-                # costs a separate kernel per stage; case 001: 2.7 instead of 5 ms)
-                ds = jnp.sum(jx[:, :, None] * sens[None], axis=1) + jnp.concatenate(
-                    [jnp.zeros((n_x, n_x), x.dtype), jp], 1)
+                ds = j_x_s(jx, sens) + jnp.concatenate(
+                    [jnp.zeros((n_x, n_x), x.dtype), columns(jp)], 1)
                 return fx, ds
             e = jnp.eye(n_p, n, n_x, dtype=x.dtype)
-            fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, sp)),
+            fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, split(sp))),
                               in_axes=(1, 1), out_axes=(None, 1))(sens, e)
             return fx, ds
 
@@ -552,13 +613,13 @@ class JaxExecutor:
             ct_ys, ct_end, _ = cts
             g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
             zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
-            return (g[:n_x], g[n_x:], *zeros)
+            return (g[:n_x], split(g[n_x:]), *zeros)
 
         core.defvjp(core_fwd, core_bwd)
 
         def solve(x0, theta, outs, arrays, t0, t1, ts):
             template = [jnp.zeros_like(o) for o in outs]
-            return core(x0, flatten(theta, outs), arrays, template, t0, t1, ts)
+            return core(x0, parameters(theta, outs), arrays, template, t0, t1, ts)
 
         return solve
 
@@ -613,7 +674,7 @@ class JaxExecutor:
         import jax
 
         fn = self.value_and_grad_fn() if kind == "value_and_grad" else self.value_fn()
-        jitted = jax.jit(fn, compiler_options=COMPILER_OPTIONS)
+        jitted = jax.jit(fn, compiler_options=self.compiler_options)
         if self.cache is not None:
             jitted = self.cache.wrap(self, kind, jitted)
         self._compiled[kind] = jitted
