@@ -45,13 +45,13 @@ FORWARD_MODE_MAX = 512
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
                     "xla_cpu_experimental_ynn_fusion_type": ""}
-"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`:
-the classic CPU emitters compile these
-while-loop-heavy programs about twice as fast, with the same run time; no YNNPACK
-fusions, whose float64 kernels make small-batch products inside the solver loops 2-80x
-slower (a 2048-wide layer on a batch of two vectors: 1 s instead of 12 ms; forward
-sensitivities of a 17k-parameter network: 3.7x; ``benchmarks/bench_width.py``)."""
-LARGE_NETWORK_PARAMETERS = 10_000
+"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`
+(and in forward mode): the classic CPU emitters compile these while-loop-heavy programs
+about twice as fast, with the same run time; no YNNPACK fusions, whose float64 kernels
+make small-batch products inside the solver loops 2-80x slower (a 2048-wide layer on a
+batch of two vectors: 1 s instead of 12 ms; forward sensitivities of a 17k-parameter
+network: 3.7x)."""
+LARGE_NETWORK_PARAMETERS = 1_000
 """From this many parameters (mechanistic and network arrays, ``plan.n_w``) on, reverse
 and adjoint modes are compiled with XLA's fusion emitters (:data:`LARGE_COMPILER_OPTIONS`),
 whose code for the network-sized element-wise work (the weight cotangents: one outer
@@ -498,11 +498,13 @@ class JaxExecutor:
                        + [tuple(s.shape) for _, s in shapes])
         n_p = int(sum(np.prod(shape, dtype=np.int64) for shape in leaf_shapes))
         n = n_x + n_p
-        # Large networks: p stays a pytree inside the right-hand side, and J_p is written
-        # once into its columns; as one vector sliced in the right-hand side, every array
-        # costs a pad and an add of all of p per reverse pass (3x slower at 17k
-        # parameters).  Small ones keep the single vector (results bit for bit as before).
-        tree = self.plan.n_w >= LARGE_NETWORK_PARAMETERS
+        # Large networks: p and S are pytrees (S: one block per array of p), so that the
+        # right-hand side takes each array as it is and writes dS for each array once.
+        # As one vector sliced inside the right-hand side, every array cost a pad and an
+        # add of all of p per reverse pass (3x slower at 17k parameters), and one S
+        # matrix an extra copy of J_p per stage (13% at 265k).  Small problems keep the
+        # single vector (results bit for bit as before).
+        tree = self.plan.n_w >= LARGE_NETWORK_PARAMETERS and n_x < n
 
         def as_tree(p_flat):
             """``(theta, [pre outputs], [rhs arrays])`` from one vector."""
@@ -540,26 +542,8 @@ class JaxExecutor:
             theta, outs, nets_ = unpack(p, outs_template)
             return field(t, x, theta, outs, arrays, nets_)
 
-        def split(v):
-            """A vector over p's entries in p's form (a pytree when ``tree``)."""
-            if not tree:
-                return v
-            theta, pre, arrays_ = as_tree(v)
-            return theta, list(pre), list(arrays_)
-
-        def j_x_s(jx, sens):
-            if tree:
-                # a dot: the broadcast form below lands in a YNNPACK fusion under XLA's
-                # default options (the native model's), 3.7x slower at 17k parameters
-                return jx @ sens
-            # a broadcast product and sum: fuses with the rest for small systems
-            return jnp.sum(jx[:, :, None] * sens[None], axis=1)
-
-        def columns(jp):
-            if not tree:
-                return jp
-            return jnp.concatenate([leaf.reshape(n_x, -1)
-                                    for leaf in jax.tree_util.tree_leaves(jp)], 1)
+        def first(tree_):
+            return jax.tree_util.tree_map(lambda a: a[-1], tree_)
 
         plain_term = diffrax.ODETerm(lambda t, x, a: field_p(t, x, *a))
         controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
@@ -576,11 +560,18 @@ class JaxExecutor:
                 # forward passes when there are fewer states than parameters)
                 fx, vjp = jax.vjp(f, x, p)
                 jx, jp = jax.vmap(vjp)(jnp.eye(n_x, dtype=x.dtype))
-                ds = j_x_s(jx, sens) + jnp.concatenate(
-                    [jnp.zeros((n_x, n_x), x.dtype), columns(jp)], 1)
+                if tree:
+                    s_x, s_p = sens
+                    ds_p = jax.tree_util.tree_map(
+                        lambda s, j: jnp.tensordot(jx, s, axes=1) + j, s_p, jp)
+                    return fx, (jx @ s_x, ds_p)
+                # J_x S as a broadcast product and sum: fuses with the rest (a dot here
+                # costs a separate kernel per stage; case 001: 2.7 instead of 5 ms)
+                ds = jnp.sum(jx[:, :, None] * sens[None], axis=1) + jnp.concatenate(
+                    [jnp.zeros((n_x, n_x), x.dtype), jp], 1)
                 return fx, ds
             e = jnp.eye(n_p, n, n_x, dtype=x.dtype)
-            fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, split(sp))),
+            fx, ds = jax.vmap(lambda sx, sp: jax.jvp(f, (x, p), (sx, sp)),
                               in_axes=(1, 1), out_axes=(None, 1))(sens, e)
             return fx, ds
 
@@ -599,21 +590,31 @@ class JaxExecutor:
             return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
         def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
-            s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+            if tree:
+                s0 = (jnp.eye(n_x, dtype=x0.dtype), jax.tree_util.tree_map(
+                    lambda a: jnp.zeros((n_x,) + a.shape, x0.dtype), p))
+            else:
+                s0 = jnp.eye(n_x, n, dtype=x0.dtype)
             sol = diffrax.diffeqsolve(
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
                 adjoint=lax_loop, throw=False)
             (ys, s_ts), (y1, s1) = sol.ys
             out = (ys, y1[-1], ok_of(sol))
-            return out, (s_ts, s1[-1], arrays, outs_template, t0, t1, ts)
+            return out, (s_ts, first(s1), arrays, outs_template, t0, t1, ts)
 
         def core_bwd(res, cts):
             s_ts, s1, arrays, outs_template, t0, t1, ts = res
             ct_ys, ct_end, _ = cts
-            g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
             zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
-            return (g[:n_x], split(g[n_x:]), *zeros)
+            if tree:
+                (sx_ts, sp_ts), (sx1, sp1) = s_ts, s1
+                g_p = jax.tree_util.tree_map(
+                    lambda a, b: (jnp.tensordot(ct_ys, a, axes=((0, 1), (0, 1)))
+                                  + jnp.tensordot(ct_end, b, axes=1)), sp_ts, sp1)
+                return (jnp.einsum("ti,tij->j", ct_ys, sx_ts) + ct_end @ sx1, g_p, *zeros)
+            g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
+            return (g[:n_x], g[n_x:], *zeros)
 
         core.defvjp(core_fwd, core_bwd)
 
