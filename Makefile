@@ -1,15 +1,26 @@
 # Two entry points for a fresh machine (Python 3.11+, pip):
 #   make demo   set up and run the main job on a bundled example
 #   make test   set up and run the whole test suite (what CI runs)
+#   make test PYTHON=python3.12   the same on another interpreter (its own .venv-3.12)
 PYTHON ?= python3
-VENV ?= .venv
+# A pyenv shim answers only for the versions pyenv has selected; then use pyenv's own
+# install of that version (python3.12 -> ~/.pyenv/versions/3.12.*/bin/python).
+PYTHON_EXE := $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	ls -d $(HOME)/.pyenv/versions/$(patsubst python%,%,$(notdir $(PYTHON))).*/bin/python \
+	2>/dev/null | sort -V | tail -n 1)
+PY_VERSION := $(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_info[:2])' \
+	2>/dev/null)
+# One virtual environment per interpreter, so that two versions never share one;
+# the default interpreter keeps .venv.
+VENV ?= $(if $(filter python3,$(PYTHON)),.venv,.venv-$(PY_VERSION))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo cases test bench clean
 
 $(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PY_VERSION)" || { echo "no Python interpreter for PYTHON=$(PYTHON)"; exit 1; }
+	$(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
@@ -35,4 +46,4 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf .venv .venv-* build *.egg-info

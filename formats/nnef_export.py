@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.catalogue import FUNCTIONS
+from petab_sciml.catalogue import FUNCTIONS, POOL_FUNCTIONS
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.network import Network, Ref
+
+from . import nnef_export_extra as nnef_extra
 
 _TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
 _KEEPS_TYPE = {"reshape", "flatten", "permute", "transpose", "squeeze", "unsqueeze",
@@ -187,7 +189,19 @@ class _Writer:
                 group, array = node.bound["group"], node.bound["array"]
                 self.names[name] = self.array(group, array).name
             elif node.op == "call_module":
-                self.names[name] = self.layer(node).name
+                layer = network.layers[node.target]
+                if layer.spec.function is not None:  # an activation module
+                    self.names[name] = self.function(_Call(
+                        name, layer.spec.function, _layer_bound(layer, node))).name
+                elif layer.type in ("LSTM", "GRU", "RNN"):
+                    self.names[name] = self.recurrent(node, layer)
+                else:
+                    self.names[name] = self.layer(node).name
+            elif node.function == "chunk":
+                self.names[name] = self.chunk(node)
+            elif node.function == "getitem" and isinstance(
+                    self.names.get(node.bound["input"].name), tuple):
+                self.names[name] = self.names[node.bound["input"].name][node.bound["index"]]
             elif node.op in ("call_function", "call_method"):
                 refs = node.bound.get("tensors") or [node.bound.get("input")]
                 # shape functions of comparisons stay logical (a select condition)
@@ -226,6 +240,34 @@ class _Writer:
                 "{", *self.lines, "}", ""]
         return "\n".join(text)
 
+    def chunk(self, node: Any) -> tuple[str, ...]:
+        """torch.chunk as slices of ceil(size / chunks)."""
+        b = node.bound
+        shape = self.shapes[b["input"].name]
+        axis = self.axis(b["dim"], len(shape))
+        size, chunks = shape[axis], int(b["chunks"])
+        step = -(-size // chunks)
+        x = self.value(b["input"])
+        return tuple(self.op(f"{node.name}_{k}", "slice", x, axes=[axis], begin=[start],
+                             end=[min(start + step, size)]).name
+                     for k, start in enumerate(range(0, size, step)))
+
+    def recurrent(self, node: Any, layer: Any) -> Any:
+        """A recurrent layer's tuple of NNEF tensor names (unrolled, see
+        :mod:`.nnef_export_extra`)."""
+        inputs = node.bound["inputs"]
+        states = []
+        if len(inputs) > 1:
+            parts = inputs[1] if isinstance(inputs[1], tuple) else (inputs[1],)
+            states = [self.value(r) for r in parts]
+        result = nnef_extra.recurrent(self, layer, node.name, self.value(inputs[0]),
+                                      self.shapes[inputs[0].name], states)
+
+        def names(value: Any) -> Any:
+            return value.name if isinstance(value, _Ident) else tuple(names(v) for v in value)
+
+        return names(result)
+
     def layer(self, node: Any) -> _Ident:
         layer = self.network.layers[node.target]
         t, cfg = layer.type, layer.config
@@ -256,6 +298,8 @@ class _Writer:
             return self.op(base, "prelu", x, self.array(layer.id, "weight", alpha))
         if t == "Bilinear":
             return self.bilinear(layer, base, node, out_shape)
+        if t == "LocalResponseNorm":
+            return nnef_extra.lrn(self, base, x, in_shape, cfg)
         n = layer.spec.spatial_dims
         if n is None:
             raise self.error(f"layer type {t} has no NNEF equivalent")
@@ -583,6 +627,39 @@ class _Writer:
             if b["alpha"] != 1:
                 right = self.op(f"{base}_alpha", "mul", right, float(b["alpha"]))
             return self.op(base, f, left, right)
+        if f in ("floor", "ceil", "round") and b.get("decimals", 0) == 0:
+            return self.op(base, f, x)
+        if f == "round":
+            scale = 10.0 ** int(b["decimals"])
+            rounded = self.op(f"{base}_r", "round", self.op(f"{base}_s", "mul", x, scale))
+            return self.op(base, "div", rounded, scale)
+        if f == "trunc":
+            return nnef_extra.trunc(self, base, x)
+        if f in ("floor_divide", "remainder") or (f == "div" and b["rounding_mode"]):
+            a, d = self.operands(base, b["input"], b["other"])
+            q = self.op(f"{base}_q", "div", a, d)
+            if f == "remainder":
+                floor = self.op(f"{base}_floor", "floor", q)
+                return self.op(base, "sub", a, self.op(f"{base}_m", "mul", d, floor))
+            if f == "div" and b["rounding_mode"] == "trunc":
+                return nnef_extra.trunc(self, base, q)
+            return self.op(base, "floor", q)
+        if f == "cumsum":
+            return nnef_extra.cumsum(self, base, x, self.shapes[b["input"].name], b["dim"])
+        if f in ("reshape_as", "unflatten"):
+            return self.op(base, "reshape", x, shape=list(self.shapes[node.name]))
+        if f == "local_response_norm":
+            return nnef_extra.lrn(self, base, x, self.shapes[b["input"].name], b)
+        if f in POOL_FUNCTIONS:
+            fake = _PoolLayer(f, b)
+            in_shape, out_shape = self.shapes[b["input"].name], self.shapes[node.name]
+            n = fake.spec.spatial_dims
+            if len(in_shape) == n + 1:  # unbatched
+                xb = self.op(f"{base}_batched", "unsqueeze", x, axes=[0])
+                y = self.layer_op(fake, f"{base}_unbatched", xb, [1, *in_shape],
+                                  [1, *out_shape])
+                return self.op(base, "squeeze", y, axes=[0])
+            return self.layer_op(fake, base, x, in_shape, out_shape)
         if f in ("mul", "div"):
             return self.op(base, f, *self.operands(base, b["input"], b["other"]))
         if f == "pow":
@@ -847,6 +924,33 @@ class _Writer:
         return y
 
 
+@dataclass(frozen=True)
+class _Call:
+    """A function call that is not an IR node of its own (an activation layer's)."""
+
+    name: str
+    function: str
+    bound: Mapping[str, Any]
+
+
+def _layer_bound(layer: Any, node: Any) -> dict[str, Any]:
+    ignored = {a.name for a in layer.spec.args if a.ignored}
+    return {"input": node.bound["inputs"][0],
+            **{k: v for k, v in layer.config.items() if k not in ignored}}
+
+
+class _PoolLayer:
+    """A functional pool's arguments seen as the layer of the same maths."""
+
+    def __init__(self, function: str, bound: Mapping[str, Any]):
+        from petab_sciml.catalogue import LAYERS
+
+        self.type = POOL_FUNCTIONS[function]
+        self.spec = LAYERS[self.type]
+        self.id = function
+        self.config = {k: v for k, v in bound.items() if k != "input"}
+
+
 def _node_values(network: Network, params: Mapping[str, Mapping[str, Any]],
                  input_shapes: Sequence[Sequence[int]]) -> dict[str, tuple[int, ...]]:
     """Shape of every node's value for inputs of ``input_shapes`` (torch, eval mode)."""
@@ -880,7 +984,7 @@ def _node_values(network: Network, params: Mapping[str, Mapping[str, Any]],
                     model.named_parameters()) else model.get_buffer(node.target)
             elif node.op == "call_module":
                 values[name] = model.get_submodule(node.target)(
-                    *[values[r.name] for r in node.bound["inputs"]])
+                    *[arg(r) for r in node.bound["inputs"]])
             elif node.op in ("call_function", "call_method"):
                 spec = FUNCTIONS[node.function]
                 args, kwargs = [], {}

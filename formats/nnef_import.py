@@ -411,9 +411,11 @@ def _cast(lf: _Lifter, op: Any) -> Any:
             raise lf.error("cast<logical> of a non-logical value is not supported")
         return value
     if isinstance(value, (int, float)):
-        return float(value)
+        return float(value) if op.dtype != "integer" else float(int(value))
     if logical:  # bool tensors stay bool under +, so make a float tensor now
         return lf.call("mul", {"input": value, "other": 1.0}, base=_out(op))
+    if op.dtype == "integer":  # scalar -> integer drops the fraction (toward zero)
+        return lf.call("trunc", {"input": value}, base=_out(op))
     return value
 
 
@@ -1183,7 +1185,8 @@ _OPS: dict[str, Any] = {
     "div": _binary("div"), "pow": _binary("pow"), "min": _binary("min"),
     "max": _binary("max"), "mean_reduce": _reduce("mean"), "sum_reduce": _reduce("sum"),
     "max_reduce": _reduce("amax"), "min_reduce": _reduce("amin"),
-    "sin": _unary("sin"), "cos": _unary("cos"), "gt": _compare("gt"), "lt": _compare("lt"),
+    "sin": _unary("sin"), "cos": _unary("cos"), "floor": _unary("floor"),
+    "ceil": _unary("ceil"), "round": _unary("round"), "gt": _compare("gt"), "lt": _compare("lt"),
     "ge": _compare("ge"), "le": _compare("le"), "eq": _compare("eq"), "select": _select,
     "or": _logical("add"), "and": _logical("mul"),
 }

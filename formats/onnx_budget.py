@@ -116,7 +116,7 @@ def folded_elements(node: Any, values: list, attrs: dict, opset: int) -> int | N
     return _inferred(node, values, opset)
 
 
-def infer_shapes_bounded(model: Any) -> Any:
+def infer_shapes_bounded(model: Any, plain: Any = None) -> Any:
     """ONNX shape inference, with data propagation where that is safe.
 
     Data propagation materialises 1-D tensors dimension by dimension: a ``Range`` of
@@ -129,10 +129,11 @@ def infer_shapes_bounded(model: Any) -> Any:
 
     from petab_sciml import limits
 
-    try:
-        plain = onnx.shape_inference.infer_shapes(model, data_prop=False)
-    except Exception:  # noqa: BLE001 - shapes are a help, not a requirement
-        return model
+    if plain is None:
+        try:
+            plain = onnx.shape_inference.infer_shapes(model, data_prop=False)
+        except Exception:  # noqa: BLE001 - shapes are a help, not a requirement
+            return model
     budget = limits.current().max_folded_elements
     infos = {vi.name: vi for vi in (list(plain.graph.value_info) + list(plain.graph.output))}
     for node in plain.graph.node:

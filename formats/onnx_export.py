@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.catalogue import as_tuple, implicit_softmax_dim
+from petab_sciml.catalogue import POOL_FUNCTIONS, as_tuple, implicit_softmax_dim
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.network import Network, Ref
 
+from .onnx_export_recurrent import export_recurrent
 from .onnx_import import META_LAYER, META_LAYER_TYPE
 
 MIN_EXPORT_OPSET = 17
@@ -196,8 +197,13 @@ class _Exporter:
             elif node.op == "call_module":
                 layer = network.layers[node.target]
                 self.meta = {META_LAYER: layer.id, META_LAYER_TYPE: layer.type}
-                ins = [self.value[r.name] for r in node.bound["inputs"]]
-                self.value[name] = _export_layer(self, layer, ins)
+                ins = [tuple(self.value[r.name] for r in x) if isinstance(x, tuple)
+                       else self.value[x.name] for x in node.bound["inputs"]]
+                if layer.spec.function is not None:  # an activation module
+                    self.value[name] = _export_function(
+                        self, layer.spec.function, _layer_bound(layer, node.bound["inputs"][0]))
+                else:
+                    self.value[name] = _export_layer(self, layer, ins)
             else:
                 self.value[name] = _export_function(self, node.function, node.bound)
         self.meta = {}
@@ -254,6 +260,9 @@ def _default_input_shape(network: Network, placeholder: str, input_id: str) -> l
             return ["N", f"{input_id}_c"] + spatial
         if t == "LayerNorm":
             return ["N", *as_tuple(c["normalized_shape"], 1)]
+        if t in ("LSTM", "GRU", "RNN"):
+            sizes = ["N", "L"] if c["batch_first"] else ["L", "N"]
+            return [f"{input_id}_{d}" if d == "L" else d for d in sizes] + [c["input_size"]]
         break
     raise NetworkError(f"cannot export to ONNX: the shape of input {input_id!r} is unknown "
                        "(ONNX graph inputs need at least their rank); pass input_shapes "
@@ -294,10 +303,32 @@ def _spatial(layer: Any) -> int:
     return int(layer.spec.spatial_dims or 0)
 
 
-def _export_layer(ex: _Exporter, layer: Any, ins: list[str]) -> str:
+def _layer_bound(layer: Any, x: Ref) -> dict[str, Any]:
+    """The bound arguments of the function an activation layer applies."""
+    ignored = {a.name for a in layer.spec.args if a.ignored}
+    return {"input": x, **{k: v for k, v in layer.config.items() if k not in ignored}}
+
+
+class _PoolLayer:
+    """A functional pool's arguments seen as the layer of the same maths."""
+
+    def __init__(self, function: str, bound: Mapping[str, Any]):
+        from petab_sciml.catalogue import LAYERS, POOL_FUNCTIONS
+
+        self.type = POOL_FUNCTIONS[function]
+        self.spec = LAYERS[self.type]
+        self.id = function
+        self.config = {k: v for k, v in bound.items() if k != "input"}
+
+
+def _export_layer(ex: _Exporter, layer: Any, ins: list[Any]) -> Any:
     t = layer.type
     c = layer.config
     lid = layer.id
+    if t in ("LSTM", "GRU", "RNN"):
+        return export_recurrent(ex, layer, ins)
+    if t == "LocalResponseNorm":
+        return _lrn(ex, c, ins[0])
     if t == "Linear":
         w = ex.init(lid, "weight")
         x = ins[0]
@@ -336,6 +367,29 @@ def _export_layer(ex: _Exporter, layer: Any, ins: list[str]) -> str:
     if t == "PReLU":
         return _prelu(ex, layer, ins[0])
     raise ex.error(f"layer type {t} has no ONNX export")  # pragma: no cover
+
+
+def _lrn(ex: _Exporter, c: Mapping[str, Any], x: str) -> str:
+    """LRN for odd sizes.  For even sizes ONNX's window is centred the other way
+    (``[c - size//2 + 1, c + size//2]``, PyTorch's ``[c - size//2, c + size//2 - 1]``)
+    and onnxruntime runs only odd sizes, so PyTorch's maths is written out: the channel
+    average of x**2 as an AveragePool over the padded channel axis."""
+    size, alpha, beta, k = int(c["size"]), float(c["alpha"]), float(c["beta"]), float(c["k"])
+    if size % 2:
+        return ex.op("LRN", [x], size=size, alpha=alpha, beta=beta, bias=k)
+    rank = ex.need_rank(x, "LocalResponseNorm of even size")
+    if rank not in (3, 4):
+        raise ex.error("LocalResponseNorm of even size is exported for inputs of rank 3 and "
+                       f"4 only, got rank {rank}")
+    sq = ex.op("Unsqueeze", [ex.op("Mul", [x, x]), ex.ints([1])])
+    pads = [0] * (rank + 1) * 2
+    pads[2], pads[rank + 1 + 2] = size // 2, (size - 1) // 2
+    sq = ex.op("Pad", [sq, ex.ints(pads, "pads")])
+    avg = ex.op("AveragePool", [sq], kernel_shape=[size] + [1] * (rank - 2))
+    avg = ex.op("Squeeze", [avg, ex.ints([1])])
+    div = ex.op("Pow", [ex.op("Add", [ex.op("Mul", [avg, ex.const(alpha)]), ex.const(k)]),
+                        ex.const(beta)])
+    return ex.op("Div", [x, div])
 
 
 def _prelu(ex: _Exporter, layer: Any, x: str) -> str:
@@ -579,7 +633,8 @@ def _export_function(ex: _Exporter, fn: str, b: Mapping[str, Any]) -> str:
         out = handler(ex, b)
     finally:
         ex.keep_bool = False
-    if fn in _COMPARE_OPS or (all_bool and (fn in _SHAPE_FUNCTIONS or fn == "where")):
+    if not isinstance(out, tuple) and (fn in _COMPARE_OPS or (
+            all_bool and (fn in _SHAPE_FUNCTIONS or fn == "where"))):
         ex.bools.add(out)
     return out
 
@@ -706,7 +761,10 @@ def _reduce_fn(op: str):
     return fn
 
 
-def _getitem(ex: _Exporter, b: Mapping[str, Any]) -> str:
+def _getitem(ex: _Exporter, b: Mapping[str, Any]) -> Any:
+    whole = ex.value[b["input"].name] if isinstance(b["input"], Ref) else None
+    if isinstance(whole, tuple):  # an element of a recurrent layer's (output, h_n)
+        return whole[b["index"]]
     x = _x(ex, b)
     index = b["index"]
     items = list(index) if isinstance(index, list) else [index]
@@ -803,13 +861,86 @@ def _prod(ex: _Exporter, b: Mapping[str, Any]) -> str:
 
 
 def _flip(ex: _Exporter, b: Mapping[str, Any]) -> str:
-    dims = _dims(b["dims"])
-    x = _x(ex, b)
+    return _flip_axes(ex, _x(ex, b), _dims(b["dims"]))
+
+
+def _flip_axes(ex: _Exporter, x: str, dims: list[int]) -> str:
     if not dims:
         return ex.op("Identity", [x])
     k = len(dims)
     return ex.op("Slice", [x, ex.ints([-1] * k, "starts"), ex.ints([-_INT64_MAX - 1] * k, "ends"),
                            ex.ints(dims), ex.ints([-1] * k, "steps")])
+
+
+def _divide(ex: _Exporter, b: Mapping[str, Any], rounding_mode: str | None) -> str:
+    """Div, then Floor (``floor``) or sign(q) * floor(|q|) (``trunc``)."""
+    q = _arith("Div")(ex, b)
+    if rounding_mode == "floor":
+        return ex.op("Floor", [q])
+    if rounding_mode == "trunc":
+        return _trunc(ex, q)
+    return q
+
+
+def _chunk(ex: _Exporter, b: Mapping[str, Any]) -> tuple[str, ...]:
+    """Split into pieces of ceil(size / chunks) (needs the static size of the axis)."""
+    x = _x(ex, b)
+    shape = ex.shape(x)
+    dim = int(b["dim"])
+    chunks = int(b["chunks"])
+    size = None if shape is None else shape[dim]
+    if size is None:
+        raise ex.error("chunk needs the static size of its axis; pass input_shapes")
+    step = -(-size // chunks)
+    sizes = [min(step, size - s) for s in range(0, size, step)]
+    if len(sizes) != chunks:
+        raise ex.error(f"chunk: a size of {size} does not split into {chunks} pieces")
+    return tuple(ex.op("Split", [x, ex.ints(sizes, "split")], chunks, axis=dim))
+
+
+def _unflatten(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    """Reshape to Shape(x)[:dim] + sizes + Shape(x)[dim+1:] (sizes may hold one -1)."""
+    x = _x(ex, b)
+    rank = ex.need_rank(x, "unflatten")
+    dim = int(b["dim"]) % rank
+    shape = ex.op("Shape", [x])
+    parts = []
+    if dim:
+        parts.append(ex.op("Slice", [shape, ex.ints([0], "starts"), ex.ints([dim], "ends")]))
+    parts.append(ex.ints(_dims(b["sizes"]), "sizes"))
+    if dim < rank - 1:
+        parts.append(ex.op("Slice", [shape, ex.ints([dim + 1], "starts"),
+                                     ex.ints([rank], "ends")]))
+    return ex.op("Reshape", [x, ex.op("Concat", parts, axis=0) if len(parts) > 1
+                             else parts[0]])
+
+
+def _trunc(ex: _Exporter, q: str) -> str:
+    return ex.op("Mul", [ex.op("Sign", [q]), ex.op("Floor", [ex.op("Abs", [q])])])
+
+
+def _round(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    x = _x(ex, b)
+    if not b["decimals"]:
+        return ex.op("Round", [x])  # half to even, as PyTorch
+    scale = ex.const(10.0 ** int(b["decimals"]))
+    return ex.op("Div", [ex.op("Round", [ex.op("Mul", [x, scale])]), scale])
+
+
+def _remainder(ex: _Exporter, b: Mapping[str, Any]) -> str:
+    """PyTorch's remainder (the sign of the divisor): a - b * floor(a / b)."""
+    a, d = ex.operand(b["input"]), ex.operand(b["other"])
+    return ex.op("Sub", [a, ex.op("Mul", [d, ex.op("Floor", [ex.op("Div", [a, d])])])])
+
+
+def _functional_pool(fn: str):
+    def export(ex: _Exporter, b: Mapping[str, Any]) -> str:
+        layer = _PoolLayer(fn, b)
+        x = _x(ex, b)
+        if layer.type.startswith("Adaptive"):
+            return _adaptive_pool(ex, layer, x)
+        return _pool(ex, layer, x)
+    return export
 
 
 _ONNX_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
@@ -871,7 +1002,7 @@ _FUNCTIONS: dict[str, Any] = {
     "add": _arith("Add"),
     "sub": _arith("Sub"),
     "mul": _arith("Mul"),
-    "div": _arith("Div"),
+    "div": lambda ex, b: _divide(ex, b, b["rounding_mode"]),
     "pow": _arith("Pow"),
     "neg": _simple("Neg"),
     "matmul": lambda ex, b: ex.op("MatMul", [_x(ex, b), ex.operand(b["other"])]),
@@ -906,6 +1037,20 @@ _FUNCTIONS: dict[str, Any] = {
     "prod": _prod,
     "flip": _flip,
     "pad": _pad,
+    "unflatten": _unflatten,
+    "chunk": _chunk,
+    "reshape_as": lambda ex, b: ex.op("Reshape", [_x(ex, b),
+                                                  ex.op("Shape", [ex.operand(b["other"])])]),
+    "floor": _simple("Floor"),
+    "ceil": _simple("Ceil"),
+    "round": _round,
+    "trunc": lambda ex, b: _trunc(ex, _x(ex, b)),
+    "cumsum": lambda ex, b: ex.op("CumSum", [_x(ex, b), ex.const(np.int64(b["dim"]),
+                                                                 dtype=np.int64, name="axis")]),
+    "floor_divide": lambda ex, b: _divide(ex, b, "floor"),
+    "remainder": _remainder,
+    "local_response_norm": lambda ex, b: _lrn(ex, b, _x(ex, b)),
+    **{fn: _functional_pool(fn) for fn in POOL_FUNCTIONS if fn != "local_response_norm"},
 }
 
 

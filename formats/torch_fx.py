@@ -111,6 +111,8 @@ def _layer_args(torch: Any, spec: LayerSpec, module: Any, path: str) -> dict[str
     args: dict[str, Any] = {}
     for arg in spec.args:
         if not arg.torch:
+            if arg.kind == "none":
+                continue  # null is its only value: writing it adds nothing PyTorch accepts
             other = getattr(arg.default, "other", None)  # default copies another argument
             args[arg.name] = args[other] if other in args else arg.default
             continue
@@ -396,7 +398,10 @@ def network_from_module(
                                                   free, entry)})
         elif node.op == "output":
             result = node.args[0] if node.args else None
-            if isinstance(result, torch.fx.Node):
+            structure = _tuple_structure(result, module, layer_paths, layers)
+            if structure is not None:  # a layer's tuple (out, h = rnn(x)) returned whole
+                args = [_flatten_tuple(result.name, structure, out_nodes)]
+            elif isinstance(result, torch.fx.Node):
                 args = [value(result, entry)]
             elif isinstance(result, (tuple, list)) and result and all(
                     isinstance(r, torch.fx.Node) for r in result):
@@ -419,6 +424,33 @@ def network_from_module(
     return Network.build(net_id, inputs, list(layers.values()), out_nodes, list(free.values()))
 
 
+def _tuple_structure(result: Any, module: Any, layer_paths: Mapping[str, str],
+                     layers: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The output structure of a layer call returned as the forward's result (a
+    recurrent layer's ``(output, h_n)``), or None."""
+    if getattr(result, "op", None) != "call_module" or result.target not in layer_paths:
+        return None
+    structure = LAYERS[layers[layer_paths[result.target]]["layer_type"]].output
+    return None if structure == "tensor" else structure
+
+
+def _flatten_tuple(name: str, structure: Any, out_nodes: list[dict[str, Any]]) -> list[str]:
+    """``getitem`` nodes taking every tensor out of the (nested) tuple node ``name``."""
+    taken = {n["name"] for n in out_nodes}
+    flat: list[str] = []
+    for k, item in enumerate(structure):
+        base = item_name = f"{name}_{k}"
+        i = 0
+        while item_name in taken:
+            i += 1
+            item_name = f"{base}_{i}"
+        taken.add(item_name)
+        out_nodes.append({"name": item_name, "op": "call_function", "target": "getitem",
+                          "args": [name, k], "kwargs": {}})
+        flat += [item_name] if item == "tensor" else _flatten_tuple(item_name, item, out_nodes)
+    return flat
+
+
 def _get_attr(torch: Any, module: Any, target: str, ids: _Ids, add_layer: Any,
               free: dict[str, FreeParameter], entry: str) -> str:
     """IR target of a ``get_attr`` node: ``layer.array`` or a free parameter id."""
@@ -429,7 +461,9 @@ def _get_attr(torch: Any, module: Any, target: str, ids: _Ids, add_layer: Any,
         raise NetworkError(f"get_attr {target!r} is not a parameter or buffer", entry=entry)
     if path and _catalogue_type(torch, owner) is not None:
         layer_id = add_layer(path, owner)
-        arrays = [a.name for a in LAYERS[_catalogue_type(torch, owner)].arrays]
+        spec = LAYERS[_catalogue_type(torch, owner)]
+        arrays = list(spec.array_shapes(spec.resolve_args(_layer_args(torch, spec, owner,
+                                                                      path))))
         if name not in arrays:
             raise NetworkError(f"get_attr {target!r}: {name!r} is not an array of "
                                f"{type(owner).__name__} (arrays: {', '.join(arrays)})",

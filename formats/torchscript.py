@@ -23,228 +23,53 @@ before the file is opened.  torch is imported only when an archive is read.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED, canonical_function
+from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.formats.pytorch_file import check_trust
 from petab_sciml.formats.torch_fx import plain_value
+from petab_sciml.formats.torchscript_aten import _ATEN, _scalar_op
+from petab_sciml.formats.torchscript_graph import (
+    _T,
+    _UNINITIALIZED,
+    _UNKNOWN,
+    TRAINING,
+    _Full,
+    _function_name,
+    _Mod,
+    _numpy,
+    _prepared,
+    _qualified,
+    _Size,
+    _SizeProd,
+    _Sizes,
+    _Tuple,
+)
+from petab_sciml.formats.torchscript_layers import _constant, _layer_args, _schema_names
 from petab_sciml.network import FreeParameter, Network, unique_node_name
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "network_from_torchscript", "FORMAT"]
 
-INT64_MAX = 2**63 - 1
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 _TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
-
-
-# ----------------------------------------------------------------------------- values
-class _Training:
-    """The ``training`` flag of a module: unknown until run time."""
-
-    def __repr__(self) -> str:
-        return "self.training"
-
-
-TRAINING = _Training()
-
-
-@dataclass(frozen=True)
-class _T:
-    """A tensor: the value of the IR node ``name``."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class _Mod:
-    """A (sub)module at ``path`` of the root."""
-
-    path: str
-    obj: Any = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class _Size:
-    """``tensor.size(dim)``: known only at run time."""
-
-    tensor: str
-    dim: int
-
-
-@dataclass(frozen=True)
-class _Sizes:
-    """``tensor.size()``."""
-
-    tensor: str
-
-
-@dataclass(frozen=True)
-class _Param:
-    """An array of a traced layer's own graph (``weight``, ``bias``, ...)."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class _Input:
-    """A graph input of a traced layer's own graph."""
-
-    index: int
-
-
-_UNKNOWN = object()
-
-
-def _qualified(type_name: str) -> str:
-    """``__torch__.torch.nn.modules.linear.___torch_mangle_3.Linear`` ->
-    ``torch.nn.modules.linear.Linear``."""
-    name = _MANGLE.sub("", str(type_name))
-    return name[len("__torch__."):] if name.startswith("__torch__.") else name
-
-
-def _all_nodes(block: Any) -> Iterator[Any]:
-    for node in block.nodes():
-        yield node
-        for sub in node.blocks():
-            yield from _all_nodes(sub)
-
-
-# ----------------------------------------------------------------------------- graphs
-_PROTECT = {"prim::CallMethod": "petab_sciml::protected_method",
-            "prim::CallFunction": "petab_sciml::protected_function"}
-_RESTORE = {v: k for k, v in _PROTECT.items()}
-
-
-def _function_name(node: Any) -> str | None:
-    """Catalogue name of a ``prim::CallFunction`` of a ``torch.nn.functional`` function."""
-    qualified = _qualified(node.inputsAt(0).type().annotation_str)
-    return canonical_function("call_function", qualified)
-
-
-def _swap(graph: Any, kinds: Mapping[str, str], keep: Any = None) -> None:
-    """Replace nodes of ``kinds`` by nodes of the mapped kind (same inputs, outputs and
-    ``name`` attribute); ``keep(node)`` False leaves a node alone."""
-    for node in list(_all_nodes(graph)):
-        kind = node.kind()
-        if kind not in kinds or (keep is not None and not keep(node)):
-            continue
-        new = graph.create(kinds[kind], list(node.inputs()), node.outputsSize())
-        if node.hasAttribute("name"):
-            new.s_("name", node.s("name"))
-        new.insertBefore(node)
-        for old_out, new_out in zip(node.outputs(), new.outputs()):
-            new_out.setType(old_out.type())
-            old_out.replaceAllUsesWith(new_out)
-        node.destroy()
-
-
-def _prepared(torch: Any, graph: Any) -> Any:
-    """A copy of ``graph`` with plain functions inlined (method calls and catalogue
-    ``torch.nn.functional`` calls kept), constants propagated and dead code removed."""
-    g = graph.copy()
-    _swap(g, _PROTECT, keep=lambda n: n.kind() == "prim::CallMethod"
-          or _function_name(n) is not None)
-    torch._C._jit_pass_inline(g)
-    _swap(g, _RESTORE)
-    torch._C._jit_pass_constant_propagation(g)
-    torch._C._jit_pass_dce(g)
-    return g
-
-
-# ----------------------------------------------------------------------------- layers
-_DROPOUT_OPS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
-                "aten::feature_alpha_dropout")
-
-
-def _key_ops(layer_type: str) -> tuple[str, ...]:
-    """The aten ops whose arguments carry a traced layer's constructor arguments."""
-    n = layer_type[-2] if layer_type[-1] == "d" and layer_type[-2].isdigit() else ""
-    if layer_type.startswith(("Conv", "ConvTranspose")):
-        base = ("aten::_convolution", "aten::_convolution_mode", f"aten::conv{n}d")
-        return base + ((f"aten::conv_transpose{n}d",) if "Transpose" in layer_type else ())
-    if layer_type.startswith("MaxPool"):
-        return (f"aten::max_pool{n}d", f"aten::max_pool{n}d_with_indices")
-    if layer_type.startswith(("AvgPool", "LPPool")):
-        return (f"aten::avg_pool{n}d",)
-    if layer_type.startswith("AdaptiveMaxPool"):
-        return (f"aten::adaptive_max_pool{n}d",)
-    if layer_type.startswith("AdaptiveAvgPool"):
-        return (f"aten::adaptive_avg_pool{n}d", f"aten::_adaptive_avg_pool{n}d")
-    if layer_type.startswith("BatchNorm"):
-        return ("aten::batch_norm",)
-    if layer_type.startswith("InstanceNorm"):
-        return ("aten::instance_norm",)
-    return {"LayerNorm": ("aten::layer_norm",), "Flatten": ("aten::flatten",),
-            "Linear": ("aten::linear",), "Bilinear": ("aten::bilinear",)}.get(
-        layer_type, _DROPOUT_OPS if "Dropout" in layer_type else ())
-
-
-class _ConstantReader:
-    """Resolves the inputs of a traced layer's graph nodes to Python values."""
-
-    def __init__(self, graph: Any):
-        self.graph = graph
-        self.inputs = {v.unique(): i for i, v in enumerate(graph.inputs())}
-
-    def value(self, v: Any) -> Any:
-        if v.unique() in self.inputs:
-            return _Input(self.inputs[v.unique()])
-        node = v.node()
-        kind = node.kind()
-        if kind == "prim::Constant":
-            return _constant(v)
-        if kind == "prim::ListConstruct":
-            return [self.value(i) for i in node.inputs()]
-        if kind == "prim::GetAttr":
-            return _Param(node.s("name"))
-        if kind in ("prim::NumToTensor", "aten::Int", "aten::Float", "aten::ScalarImplicit"):
-            return self.value(node.inputsAt(0))
-        if kind == "aten::size":
-            base = self.value(node.inputsAt(0))
-            if node.inputsSize() > 1 and isinstance(base, _Input):
-                return _Size(f"input{base.index}", self.value(node.inputsAt(1)))
-        return _UNKNOWN
-
-    def args(self, node: Any) -> dict[str, Any]:
-        names = _schema_names(node)
-        return {name: self.value(v) for name, v in zip(names, node.inputs())}
-
-
-def _constant(v: Any) -> Any:
-    """The Python value of a ``prim::Constant`` output (0-d tensors as numbers)."""
-    type_kind = v.type().kind()
-    if type_kind == "FunctionType":
-        return _UNKNOWN
-    try:
-        value = v.toIValue()
-    except Exception:  # noqa: BLE001 - constants of types Python cannot hold
-        return _UNKNOWN
-    return plain_value(value)
-
-
-_SCHEMAS: dict[str, tuple[str, ...]] = {}
-
-
-def _schema_names(node: Any) -> tuple[str, ...]:
-    text = node.schema()
-    if text not in _SCHEMAS:
-        import torch
-
-        if text == "(no schema)":
-            raise ValueError(f"{node.kind()} has no schema")
-        _SCHEMAS[text] = tuple(a.name for a in torch._C.parse_schema(text).arguments)
-    return _SCHEMAS[text]
+_NOT_TRAINING = object()
+"""``not self.training``."""
+_SHAPE_KEEPING = {name for name, spec in FUNCTIONS.items()
+                  if len(spec.tensor_params()) <= 2 and spec.name not in (
+                      "matmul", "getitem", "where", "cat", "stack") and all(
+                      p.kind in ("tensor", "tensor|number", "float", "float?", "bool", "int?",
+                                 "choice:none|tanh", "choice?:trunc|floor", "any", "none")
+                      for p in spec.params)}
+"""Catalogue functions whose result has the shape of their tensor operand (element-wise
+maths; checked with one distinct tensor operand)."""
 
 
 # ----------------------------------------------------------------------------- lifting
@@ -276,6 +101,10 @@ class _Lifter:
         self.graphs: dict[tuple[str, str], Any] = {}
         self.where = ""
         self.rebind: tuple[int, _T] | None = None
+        self.sym: dict[str, list[Any]] = {}
+        """IR node -> its sizes where known symbolically (ints and :class:`_Size`)."""
+        self.same_shape: dict[str, str] = {}
+        """IR node -> an earlier node known to have the same shape."""
 
     # ------------------------------------------------------------------ errors
     def error(self, message: str, entry: str | None = None) -> NetworkError:
@@ -303,9 +132,17 @@ class _Lifter:
             return {k: self.ir(v) for k, v in value.items()}
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
-        if isinstance(value, (_Size, _Sizes)):
-            raise self.error(f"a tensor size ({value.tensor}.size()) is used as a value; "
-                             "sizes known only at run time are not supported here")
+        if isinstance(value, (_Size, _Sizes, _SizeProd)):
+            tensor = value.factors[0].tensor if isinstance(value, _SizeProd) else value.tensor
+            raise self.error(f"a tensor size ({tensor}.size()) is used as a value; sizes "
+                             "known only at run time are supported in reshapes only")
+        if isinstance(value, _Full):
+            return self.ir(self.full_tensor(value))
+        if isinstance(value, _Tuple):
+            raise self.error(f"the tuple returned by {value.ref!r} is used as a value; take "
+                             "its elements (out, h = rnn(x))")
+        if value is _UNINITIALIZED:
+            raise self.error("a variable that is set only on a branch not taken is used")
         if value is TRAINING:
             raise self.error("the module's training flag is used as a value; only dropout "
                              "may depend on it")
@@ -336,13 +173,139 @@ class _Lifter:
                 args.append(values.get(p.name, p.default))
             elif p.name in values and not p.ignored and not _same(values[p.name], p.default):
                 kwargs[p.name] = values[p.name]
-        return self.emit("call_function", function, args, kwargs, base=function)
+        out = self.emit("call_function", function, args, kwargs, base=function)
+        self.note_shape(function, values, out)
+        source = values.get("input")
+        dims = self.sym.get(source.name) if isinstance(source, _T) else None
+        if dims is not None and function in ("transpose", "permute"):
+            rank = len(dims)
+            if function == "transpose":
+                order = list(range(rank))
+                i, j = values["dim0"] % rank, values["dim1"] % rank
+                order[i], order[j] = order[j], order[i]
+            else:
+                order = [d % rank for d in values["dims"]]
+            self.sym[out.name] = [dims[k] for k in order]
+        return out
+
+    def note_shape(self, function: str, values: Mapping[str, Any], out: _T) -> None:
+        """Remember that ``out`` has the shape of its input where the function keeps it
+        (element-wise maths of one tensor with numbers, or of a tensor with itself), so
+        that ``x.size(d)`` can size a reshape of ``out`` (F.local_response_norm)."""
+        spec = FUNCTIONS[function]
+        tensors = [values[p.name] for p in spec.tensor_params() if isinstance(
+            values.get(p.name), _T)]
+        numbers_only = all(isinstance(values.get(p.name), (_T, int, float)) and not isinstance(
+            values.get(p.name), bool) for p in spec.tensor_params() if p.name in values)
+        if tensors and numbers_only and len({t.name for t in tensors}) == 1 and \
+                function in _SHAPE_KEEPING:
+            self.same_shape[out.name] = self.same_shape.get(tensors[0].name, tensors[0].name)
 
     def call_layer(self, layer_id: str, inputs: Sequence[Any]) -> _T:
+        spec = LAYERS[self.layers[layer_id]["layer_type"]] if layer_id in self.layers \
+            else None
+        inputs = list(inputs)
+        if spec is not None and spec.optional_inputs and len(inputs) > spec.n_inputs:
+            state = inputs[spec.n_inputs]
+            parts = state if isinstance(state, (list, tuple)) else [state]
+            if all(isinstance(p, _Full) and p.value == 0 for p in parts):
+                inputs = inputs[:spec.n_inputs]  # zero initial state: PyTorch's default
         for x in inputs:
-            if not isinstance(x, _T):
-                raise self.error(f"layer {layer_id!r} is called with {x!r}; expected tensors")
-        return self.emit("call_module", layer_id, list(inputs), base=layer_id)
+            parts = x if isinstance(x, (list, tuple)) else [x]
+            for part in parts:
+                if isinstance(part, _Full):
+                    continue
+                if not isinstance(part, _T):
+                    raise self.error(f"layer {layer_id!r} is called with {x!r}; expected "
+                                     "tensors")
+        out = self.emit("call_module", layer_id, inputs, base=layer_id)
+        if spec is not None and inputs and isinstance(inputs[0], _T):
+            dims = self.sym.get(inputs[0].name)
+            if dims is not None:
+                shaped = _layer_sizes(spec, self.layers[layer_id]["args"], dims)
+                if shaped is not None:
+                    self.sym[out.name] = shaped
+        return out
+
+    def full_tensor(self, value: _Full) -> _T:
+        """A filled tensor as a constant (its sizes must be known at import)."""
+        if not all(isinstance(d, int) for d in value.sizes):
+            raise self.error(f"a tensor filled with {value.value} whose sizes "
+                             f"{list(value.sizes)!r} are known only at run time is supported "
+                             "only as the initial state of a recurrent layer (where zeros are "
+                             "PyTorch's default)")
+        return self.constant_tensor(self.torch.full(tuple(value.sizes), float(value.value)))
+
+    def tuple_result(self, ref: _T, layer_type: str, ts_type: Any, module: _Mod,
+                     method: str) -> Any:
+        """The value of a call of a layer that returns a tuple, shaped like TorchScript's
+        type of the result: nested for scripted modules; for traced ones what the traced
+        method returns (the flat ``(output, h_n, c_n)``, or only the elements used)."""
+        structure = LAYERS[layer_type].output
+        if structure == "tensor":
+            return ref
+        traced = self.traced_result(ref, layer_type, module, method)
+        if traced is not None:
+            return traced
+        leaves: list[tuple[int, ...]] = []
+
+        def walk(item: Any, path: tuple[int, ...]) -> None:
+            if item == "tensor":
+                leaves.append(path)
+            else:
+                for k, sub in enumerate(item):
+                    walk(sub, path + (k,))
+
+        walk(structure, ())
+        counter = iter(leaves)
+
+        def shape(tp: Any) -> Any:
+            if tp.kind() == "TupleType":
+                return tuple(shape(e) for e in tp.elements())
+            return next(counter)
+
+        try:
+            items = shape(ts_type)
+        except StopIteration:
+            raise self.error(f"a {layer_type} call returns {ts_type}; expected "
+                             f"{structure}") from None
+        return _Tuple(ref.name, items)
+
+    def traced_result(self, ref: _T, layer_type: str, module: _Mod, method: str) -> Any:
+        """A traced recurrent layer's result: the outputs of its aten::lstm / gru / rnn_*
+        op that its traced method returns, in the order it returns them (traces return
+        only the outputs used, in their own order).  None when the method returns
+        something else (a scripted module)."""
+        graph = getattr(module.obj, method).graph
+        op = next((n for n in graph.nodes() if n.kind() in (
+            "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu")), None)
+        if op is None:
+            return None
+        flat = [(0,), (1, 0), (1, 1)] if layer_type == "LSTM" else [(0,), (1,)]
+        positions = {v.unique(): k for k, v in enumerate(op.outputs())}
+        (returned,) = list(graph.outputs())
+        values = list(returned.node().inputs()) \
+            if returned.node().kind() == "prim::TupleConstruct" else [returned]
+        if not all(v.unique() in positions for v in values):
+            return None
+        paths = [flat[positions[v.unique()]] for v in values]
+        if returned.node().kind() != "prim::TupleConstruct":
+            return self.tuple_item(_Tuple(ref.name, tuple(paths)), 0)
+        return _Tuple(ref.name, tuple(paths))
+
+    def tuple_item(self, value: _Tuple, index: int) -> Any:
+        """Element ``index`` of a layer's tuple result: getitem nodes for a tensor."""
+        item = value.items[index]
+        if isinstance(item, tuple) and item and isinstance(item[0], tuple):
+            return _Tuple(value.ref, item)
+        key = (value.ref, item)
+        cache = self.__dict__.setdefault("_tuple_items", {})
+        if key not in cache:
+            ref = _T(value.ref)
+            for k in item:
+                ref = self.call("getitem", {"input": ref, "index": k})
+            cache[key] = ref
+        return cache[key]
 
     # ------------------------------------------------------------------ modules
     def layer_type(self, module: _Mod) -> str | None:
@@ -410,7 +373,8 @@ class _Lifter:
         layer_type = self.layer_type(owner)
         if layer_type is not None:
             layer_id = self.add_layer(owner, layer_type)
-            arrays = [a.name for a in LAYERS[layer_type].arrays]
+            spec = LAYERS[layer_type]
+            arrays = list(spec.array_shapes(spec.resolve_args(self.layers[layer_id]["args"])))
             if name not in arrays:
                 raise self.error(f"{name!r} is not an array of {layer_type} (arrays: "
                                  f"{', '.join(arrays)})", f"submodule {owner.path!r}")
@@ -492,17 +456,22 @@ class _Lifter:
                 raise self.error(f"method call on {module!r}")
             method = node.s("name")
             layer_type = self.layer_type(module)
-            # Traced modules name the k-th call of a shared submodule "forward<k>".
-            if layer_type is not None and re.fullmatch(r"forward\d*", method):
+            # Traced modules name the k-th call of a shared submodule "forward<k>";
+            # scripted ones an overload "forward__<k>" (nn.LSTM).
+            if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
                 layer_id = self.add_layer(module, layer_type)
                 spec = LAYERS[layer_type]
                 while len(values) - 1 > spec.n_inputs and values[-1] is None:
                     values = values[:-1]  # optional arguments left at None (output_size)
-                if len(values) - 1 != spec.n_inputs:
+                if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
+                    values = [values[0], values[1], (values[2], values[3])]
+                if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
                     raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
                                      f"{len(values) - 1} argument(s); expected "
                                      f"{spec.n_inputs}")
-                return self.call_layer(layer_id, values[1:])
+                result = self.call_layer(layer_id, values[1:])
+                return self.tuple_result(result, layer_type, node.output().type(),
+                                         module, method)
             results = self.run_method(module, method, values[1:])
             return results[0] if len(results) == 1 else results
         if kind == "prim::CallFunction":
@@ -510,10 +479,35 @@ class _Lifter:
         if kind in ("prim::ListConstruct", "prim::TupleConstruct"):
             return list(values) if kind == "prim::ListConstruct" else tuple(values)
         if kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            if isinstance(values[0], _Tuple):
+                return [self.tuple_item(values[0], k) for k in range(len(values[0].items))]
+            if isinstance(values[0], _Sizes):  # h, w = x.shape: x has that rank
+                sizes = [_Size(values[0].tensor, k) for k in range(node.outputsSize())]
+                self.sym.setdefault(values[0].tensor, list(sizes))
+                return sizes
             return list(values[0])
-        if kind in ("prim::TupleIndex", "aten::__getitem__") and isinstance(
-                values[0], (list, tuple)) and isinstance(values[1], int):
-            return values[0][values[1]]
+        if kind in ("prim::TupleIndex", "aten::__getitem__") and isinstance(values[1], int):
+            if isinstance(values[0], _Tuple):
+                return self.tuple_item(values[0], values[1])
+            if isinstance(values[0], _Sizes):
+                return _Size(values[0].tensor, values[1])
+            if isinstance(values[0], (list, tuple)):
+                return values[0][values[1]]
+        if kind == "prim::Uninitialized":
+            return _UNINITIALIZED
+        if kind == "aten::__not__" and (values[0] is TRAINING or values[0] is _NOT_TRAINING):
+            return _NOT_TRAINING if values[0] is TRAINING else TRAINING
+        if kind == "aten::dim" and isinstance(values[0], _T):
+            rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
+                else None
+            known = self.sym.get(values[0].name, self.sym.get(self.same_shape.get(
+                values[0].name, values[0].name)))
+            if rank is None and known is not None:
+                rank = len(known)
+            if rank is None:
+                raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
+                                 "scripted module); trace the module, or avoid x.dim()")
+            return int(rank)
         if kind == "prim::If":
             return self.run_if(node, values[0], env)
         if kind in ("prim::unchecked_cast", "prim::NumToTensor", "aten::Int", "aten::Float",
@@ -521,6 +515,8 @@ class _Lifter:
             return values[0] if kind not in ("prim::device", "prim::dtype") else _UNKNOWN
         if kind == "aten::warn":
             return None
+        if kind in ("aten::format", "aten::str"):  # messages of checks and warnings
+            return "<message>"
         if kind == "prim::RaiseException":
             raise self.error("the forward raises an exception for this module (a check in "
                              "its code failed while lifting)")
@@ -540,6 +536,13 @@ class _Lifter:
         return self.constant_tensor(tensor)
 
     def run_if(self, node: Any, cond: Any, env: dict[int, Any]) -> Any:
+        if cond is TRAINING or cond is _NOT_TRAINING:
+            cond = self.saved_mode_branch(cond)
+        if not isinstance(cond, bool):
+            raising = [any(n.kind() == "prim::RaiseException" for n in b.nodes())
+                       for b in node.blocks()]
+            if raising.count(True) == 1:  # a check (torch._assert(h == size)): it passes
+                cond = not raising[0]
         if not isinstance(cond, bool):
             what = "the training flag" if cond is TRAINING else "a value known only at run time"
             raise self.error(f"an if-statement depends on {what}; only control flow on "
@@ -548,6 +551,27 @@ class _Lifter:
         self.run_block(block, env)
         outs = [env.get(v.unique(), _UNKNOWN) for v in block.outputs()]
         return outs[0] if len(outs) == 1 else outs
+
+    def saved_mode_branch(self, cond: Any) -> bool:
+        """An if-statement on the training flag outside dropout (torchvision's stochastic
+        depth) follows the eval-mode branch when the archive was saved in eval mode (as
+        models are exported for inference); the lifted network then behaves so in both
+        modes, which is said once.  Saved in training mode, it is refused."""
+        saved = bool(self.root.training)
+        if saved:
+            raise self.error("an if-statement depends on the training flag; only control "
+                             "flow on constants can be lifted (an archive saved in eval "
+                             "mode follows its eval-mode branch)")
+        if not self.__dict__.get("_mode_warned"):
+            self._mode_warned = True
+            import warnings
+
+            warnings.warn(
+                f"{self.source or 'TorchScript module'}: {self.where or 'the forward'} "
+                "branches on self.training; the lifted network takes the eval-mode branch "
+                "(the mode the archive was saved in) in both modes", UserWarning,
+                stacklevel=2)
+        return saved if cond is TRAINING else not saved
 
     def call_function(self, node: Any, args: list[Any]) -> Any:
         name = _function_name(node)
@@ -577,7 +601,17 @@ class _Lifter:
                 return scalar
         if handler is None:
             raise self.error(f"aten::{kind} is not supported (no catalogue function for it)")
-        result = handler(self, a)
+        if base in ("eq", "ne", "lt", "le", "gt", "ge") and any(
+                isinstance(v, (_Size, _SizeProd)) for v in values) and not any(
+                isinstance(v, _T) for v in values):
+            return _UNKNOWN  # a size test: only an if that raises may depend on it
+        self.current = node
+        try:
+            result = handler(self, a)
+        except KeyError:  # int/bool overloads (a, b) reached with run-time values
+            shown = ", ".join(f"{n}={v!r}" for n, v in a.items())
+            raise self.error(f"aten::{kind}({shown}) is not supported (values known only "
+                             "at run time)") from None
         first = node.inputsAt(0) if node.inputsSize() else None
         if base != kind and first is not None and isinstance(result, _T):
             # In-place op: later uses of the input see the result.
@@ -589,483 +623,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return list(a) == list(b)
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-
-def _numpy(tensor: Any) -> np.ndarray:
-    return tensor.detach().cpu().numpy().copy()
-
-
-_SCALAR_OPS = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
-    "floordiv": operator.floordiv, "neg": operator.neg, "eq": operator.eq, "ne": operator.ne,
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-    "__not__": operator.not_, "__is__": operator.is_, "__isnot__": operator.is_not,
-    "__and__": operator.and_, "__or__": operator.or_, "len": len,
-}
-
-
-def _scalar_op(kind: str, values: list[Any]) -> Any:
-    """Evaluate an op on Python constants (what constant propagation left over)."""
-    name = kind.split("::", 1)[-1]
-    fn = _SCALAR_OPS.get(name)
-    if fn is None or not values:
-        return _UNKNOWN
-    if not all(v is None or isinstance(v, (bool, int, float, str, list, tuple))
-               for v in values):
-        return _UNKNOWN
-    try:
-        return fn(*values)
-    except Exception:  # noqa: BLE001
-        return _UNKNOWN
-
-
-# ----------------------------------------------------------------------------- op table
-def _t(lifter: _Lifter, value: Any, what: str) -> _T:
-    if not isinstance(value, _T):
-        raise lifter.error(f"{what}: expected a tensor, got {value!r}")
-    return value
-
-
-def _unary(function: str):
-    return lambda lf, a: lf.call(function, {"input": _t(lf, a["self"], function)})
-
-
-def _with(function: str, **renames: str):
-    """Handler passing ``self`` as ``input`` and the named aten args (aten name ->
-    catalogue name)."""
-
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        values = {"input": a["self"]}
-        for aten_name, name in renames.items():
-            if aten_name in a:
-                values[name] = a[aten_name]
-        return lf.call(function, values)
-
-    return handler
-
-
-def _elu(lf: _Lifter, a: dict[str, Any]) -> _T:
-    if a.get("scale", 1) != 1 or a.get("input_scale", 1) != 1:
-        raise lf.error("aten::elu with scale or input_scale other than 1 is not supported")
-    return lf.call("elu", {"input": a["self"], "alpha": a["alpha"]})
-
-
-def _softmax(function: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        if a.get("dtype") is not None:
-            raise lf.error(f"{function} with a dtype is not supported")
-        return lf.call(function, {"input": a["self"], "dim": a["dim"]})
-
-    return handler
-
-
-def _binary(function: str, alpha: bool = False):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        values = {"input": a["self"], "other": a["other"]}
-        if alpha and a.get("alpha", 1) != 1:
-            values["alpha"] = a["alpha"]
-        return lf.call(function, values)
-
-    return handler
-
-
-def _rsub(lf: _Lifter, a: dict[str, Any]) -> _T:
-    values = {"input": a["other"], "other": a["self"]}
-    if a.get("alpha", 1) != 1:
-        values["alpha"] = a["alpha"]
-    return lf.call("sub", values)
-
-
-def _div(lf: _Lifter, a: dict[str, Any]) -> _T:
-    if a.get("rounding_mode") is not None:
-        raise lf.error("division with a rounding_mode is not supported")
-    return lf.call("div", {"input": a["self"], "other": a["other"]})
-
-
-def _clamp(lf: _Lifter, a: dict[str, Any]) -> _T:
-    values = {"input": a["self"]}
-    for key in ("min", "max"):
-        if a.get(key) is not None:
-            if isinstance(a[key], _T):
-                raise lf.error("clamp with tensor bounds is not supported")
-            values[key] = float(a[key])
-    return lf.call("clamp", values)
-
-
-def _reshape(lf: _Lifter, a: dict[str, Any]) -> Any:
-    x = _t(lf, a["self"], "reshape")
-    shape = a.get("shape", a.get("size"))
-    shape = list(shape) if isinstance(shape, (list, tuple)) else shape
-    if isinstance(shape, _Sizes) and shape.tensor == x.name:
-        return x
-    if isinstance(shape, list) and any(isinstance(s, _Size) for s in shape):
-        dynamic = [i for i, s in enumerate(shape) if isinstance(s, _Size)]
-        if any(shape[i].tensor != x.name for i in dynamic):
-            raise lf.error("reshape to sizes of another tensor is not supported")
-        k = len(dynamic)
-        if dynamic == list(range(k)) and all(shape[i].dim == i for i in dynamic):
-            if shape[k:] == [-1]:
-                return lf.call("flatten", {"input": x, "start_dim": k})
-        if k == 1 and -1 not in shape:
-            shape[dynamic[0]] = -1
-        else:
-            raise lf.error(f"reshape to a shape with run-time sizes {shape!r} is not "
-                           "supported (one run-time size, or leading sizes then -1, are)")
-    return lf.call("reshape", {"input": x, "shape": shape})
-
-
-def _getitem(lf: _Lifter, x: _T, dim: int, item: Any) -> _T:
-    full = {"slice": [None, None, None]}
-    if dim >= 0:
-        index = [full] * dim + [item]
-    else:
-        index = ["..."] + [item] + [full] * (-dim - 1)
-    return lf.call("getitem", {"input": x, "index": index})
-
-
-def _slice(lf: _Lifter, a: dict[str, Any]) -> _T:
-    x = _t(lf, a["self"], "slice")
-    start, end, step = a.get("start"), a.get("end"), a.get("step", 1)
-    if end is not None and isinstance(end, int) and end >= INT64_MAX:
-        end = None
-    if any(not (v is None or isinstance(v, int)) for v in (start, end, step)):
-        raise lf.error("slices with run-time bounds are not supported")
-    if start in (None, 0) and end is None and step in (None, 1):
-        return x
-    return _getitem(lf, x, a["dim"], {"slice": [start, end, None if step == 1 else step]})
-
-
-def _select(lf: _Lifter, a: dict[str, Any]) -> _T:
-    x = _t(lf, a["self"], "select")
-    if not isinstance(a["index"], int):
-        raise lf.error("select with a run-time index is not supported")
-    return _getitem(lf, x, a["dim"], a["index"])
-
-
-def _reduce(function: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        if a.get("dtype") is not None:
-            raise lf.error(f"{function} with a dtype is not supported")
-        values: dict[str, Any] = {"input": a["self"]}
-        dim = a.get("dim")
-        if isinstance(dim, list) and not dim:
-            dim = None
-        if dim is not None:
-            values["dim"] = dim
-            values["keepdim"] = bool(a.get("keepdim", False))
-        return lf.call(function, values)
-
-    return handler
-
-
-def _reduce_dims(function: str):
-    """amax/amin: ``dim`` (a list, empty = every dimension) and ``keepdim``."""
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        values: dict[str, Any] = {"input": a["self"], "dim": list(a.get("dim") or [])}
-        values["keepdim"] = bool(a.get("keepdim", False))
-        return lf.call(function, values)
-
-    return handler
-
-
-def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
-    if a.get("dtype") is not None:
-        raise lf.error("prod with a dtype is not supported")
-    values: dict[str, Any] = {"input": a["self"]}
-    if a.get("dim") is not None:
-        values["dim"] = a["dim"]
-        values["keepdim"] = bool(a.get("keepdim", False))
-    return lf.call("prod", values)
-
-
-def _pad(mode: str | None = None):
-    """aten::pad (mode and value as arguments) and its lowerings: constant_pad_nd,
-    reflection_padNd, replication_padNd, _pad_circular."""
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
-        pad = a.get("pad", a.get("padding"))
-        if not isinstance(pad, (list, tuple)) or not all(isinstance(p, int) for p in pad):
-            raise lf.error("padding with run-time sizes is not supported")
-        values: dict[str, Any] = {"input": a["self"], "pad": list(pad),
-                                  "mode": mode or a.get("mode") or "constant"}
-        if values["mode"] == "constant" and a.get("value") is not None:
-            values["value"] = float(a["value"])
-        return lf.call("pad", values)
-
-    return handler
-
-
-def _squeeze(lf: _Lifter, a: dict[str, Any]) -> _T:
-    values: dict[str, Any] = {"input": a["self"]}
-    if a.get("dim") is not None:
-        values["dim"] = a["dim"]
-    return lf.call("squeeze", values)
-
-
-def _dropout(layer_type: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
-        x = _t(lf, a["input"], layer_type)
-        train = a.get("train")
-        if train is False or a.get("p") == 0:
-            return x
-        if train is not TRAINING and train is not True:
-            raise lf.error(f"dropout whose training flag is {train!r} is not supported")
-        layer_id = lf.synthetic_layer(layer_type, {"p": float(a["p"])}, "dropout")
-        return lf.call_layer(layer_id, [x])
-
-    return handler
-
-
-def _identity(lf: _Lifter, a: dict[str, Any]) -> Any:
-    return a["self"]
-
-
-def _size(lf: _Lifter, a: dict[str, Any]) -> Any:
-    x = _t(lf, a["self"], "size")
-    if a.get("dim") is None:
-        return _Sizes(x.name)
-    return _Size(x.name, a["dim"])
-
-
-def _unsupported(message: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> Any:
-        raise lf.error(message)
-
-    return handler
-
-
-_ATEN: dict[str, Any] = {
-    **{name: _unary(fn) for name, fn in {
-        "relu": "relu", "relu6": "relu6", "tanh": "tanh", "sigmoid": "sigmoid",
-        "selu": "selu", "silu": "silu", "hardswish": "hardswish",
-        "hardsigmoid": "hardsigmoid", "mish": "mish", "log_sigmoid": "logsigmoid",
-        "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "abs", "neg": "neg",
-        "erf": "erf", "special_erf": "erf", "sign": "sign", "sin": "sin", "cos": "cos",
-    }.items()},
-    **{name: _binary(fn) for name, fn in {
-        "gt": "gt", "greater": "gt", "lt": "lt", "less": "lt", "ge": "ge",
-        "greater_equal": "ge", "le": "le", "less_equal": "le", "eq": "eq",
-        "maximum": "maximum", "minimum": "minimum",
-    }.items()},
-    "where": lambda lf, a: lf.call("where", {"condition": a["condition"], "input": a["self"],
-                                             "other": a["other"]}),
-    "amax": _reduce_dims("amax"),
-    "amin": _reduce_dims("amin"),
-    "prod": _prod,
-    "flip": lambda lf, a: lf.call("flip", {"input": a["self"], "dims": list(a["dims"])}),
-    "pad": _pad(),
-    "constant_pad_nd": _pad("constant"),
-    **{f"reflection_pad{n}d": _pad("reflect") for n in (1, 2, 3)},
-    **{f"replication_pad{n}d": _pad("replicate") for n in (1, 2, 3)},
-    "_pad_circular": _pad("circular"),
-    "hardtanh": _with("hardtanh", min_val="min_val", max_val="max_val"),
-    "leaky_relu": _with("leaky_relu", negative_slope="negative_slope"),
-    "gelu": _with("gelu", approximate="approximate"),
-    "softplus": _with("softplus", beta="beta", threshold="threshold"),
-    "celu": _with("celu", alpha="alpha"),
-    "elu": _elu,
-    "softmax": _softmax("softmax"),
-    "log_softmax": _softmax("log_softmax"),
-    "add": _binary("add", alpha=True),
-    "sub": _binary("sub", alpha=True),
-    "rsub": _rsub,
-    "mul": _binary("mul"),
-    "div": _div,
-    "reciprocal": lambda lf, a: lf.call("div", {"input": 1.0, "other": a["self"]}),
-    "pow": lambda lf, a: lf.call("pow", {"input": a["self"], "exponent": a["exponent"]}),
-    "matmul": _binary("matmul"),
-    "clamp": _clamp,
-    "clip": _clamp,
-    "clamp_min": lambda lf, a: _clamp(lf, {"self": a["self"], "min": a["min"]}),
-    "clamp_max": lambda lf, a: _clamp(lf, {"self": a["self"], "max": a["max"]}),
-    "cat": lambda lf, a: lf.call("cat", {"tensors": a["tensors"], "dim": a.get("dim", 0)}),
-    "concat": lambda lf, a: lf.call("cat", {"tensors": a["tensors"], "dim": a.get("dim", 0)}),
-    "stack": lambda lf, a: lf.call("stack", {"tensors": a["tensors"], "dim": a.get("dim", 0)}),
-    "flatten": lambda lf, a: lf.call("flatten", {"input": a["self"],
-                                                 "start_dim": a.get("start_dim", 0),
-                                                 "end_dim": a.get("end_dim", -1)}),
-    "reshape": _reshape,
-    "view": _reshape,
-    "permute": lambda lf, a: lf.call("permute", {"input": a["self"], "dims": a["dims"]}),
-    "transpose": lambda lf, a: lf.call("transpose", {"input": a["self"], "dim0": a["dim0"],
-                                                     "dim1": a["dim1"]}),
-    "t": lambda lf, a: lf.call("transpose", {"input": a["self"], "dim0": 0, "dim1": -1}),
-    "squeeze": _squeeze,
-    "unsqueeze": lambda lf, a: lf.call("unsqueeze", {"input": a["self"], "dim": a["dim"]}),
-    "slice": _slice,
-    "select": _select,
-    "sum": _reduce("sum"),
-    "mean": _reduce("mean"),
-    "dropout": _dropout("Dropout"),
-    "alpha_dropout": _dropout("AlphaDropout"),
-    "feature_dropout": _unsupported("functional channel dropout (F.dropout1d/2d/3d) outside "
-                                    "a Dropout1d/2d/3d module is not supported"),
-    "feature_alpha_dropout": _unsupported("functional feature alpha dropout is not "
-                                          "supported"),
-    "contiguous": _identity,
-    "detach": _identity,
-    "clone": _identity,
-    "alias": _identity,
-    "size": _size,
-    "linear": _unsupported("functional linear (F.linear) outside an nn.Linear module is not "
-                           "supported; use nn.Linear"),
-}
-
-
-# ----------------------------------------------------------------------------- layer args
-def _layer_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str, entry: str
-                ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Catalogue arguments and arrays of a layer submodule (scripted or traced)."""
-    spec = LAYERS[layer_type]
-    params = dict(module.named_parameters(recurse=False))
-    buffers = dict(module.named_buffers(recurse=False))
-    arrays = {**params, **buffers}
-    args: dict[str, Any] = {}
-    for arg in spec.args:
-        if not arg.torch or arg.name in ("device", "dtype"):
-            continue
-        try:
-            value = getattr(module, arg.name)
-        except AttributeError:
-            continue
-        if arg.kind == "bool" and (value is None or isinstance(value, torch.Tensor)):
-            value = value is not None
-        elif isinstance(value, torch.Tensor):
-            continue
-        args[arg.name] = plain_value(value)
-    missing = [a.name for a in spec.args if a.torch and a.name not in args
-               and a.name not in ("device", "dtype")]
-    if missing:
-        _traced_args(torch, lifter, module, layer_type, arrays, args, entry)
-    for arg in spec.args:  # arguments PyTorch does not take (BatchNorm bias = affine)
-        if not arg.torch:
-            other = getattr(arg.default, "other", None)
-            if other in args:
-                args[arg.name] = args[other]
-    args = {a.name: args[a.name] for a in spec.args if a.name in args}  # catalogue order
-    try:
-        config = spec.resolve_args(args, file=lifter.source, entry=entry)
-    except NetworkError as exc:
-        raise lifter.error(f"could not recover the arguments of this layer: {exc.message}",
-                           entry) from None
-    shapes = spec.array_shapes(config)
-    out: dict[str, np.ndarray] = {}
-    for name, shape in shapes.items():
-        if name not in arrays:
-            raise lifter.error(f"the module has no array {name!r} (arguments {args})", entry)
-        if tuple(arrays[name].shape) != tuple(shape):
-            raise lifter.error(f"array {name!r} has shape {tuple(arrays[name].shape)} but the "
-                               f"recovered arguments {args} give {tuple(shape)}", entry)
-        out[name] = _numpy(arrays[name])
-    return args, out
-
-
-def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
-                 arrays: Mapping[str, Any], args: dict[str, Any], entry: str) -> None:
-    """Fill ``args`` of a traced layer from its graph constants and array shapes."""
-    spec = LAYERS[layer_type]
-    names = set(spec.arg_names)
-    weight = arrays.get("weight")
-
-    kinds = {a.name: a.kind for a in spec.args}
-
-    def put(name: str, value: Any) -> None:
-        if name in names and name not in args and value is not _UNKNOWN:
-            value = plain_value(value)
-            if (isinstance(value, list) and value and kinds[name].startswith(
-                    ("ints", "sizes", "padding")) and value[0] is not None
-                    and all(v == value[0] for v in value)):
-                value = value[0]  # traced graphs spell every size out: (3, 3) -> 3
-            args[name] = value
-
-    if "bias" in names and spec.args[spec.arg_names.index("bias")].torch:
-        put("bias", "bias" in arrays)
-    if layer_type in ("Linear", "Bilinear") and weight is not None:
-        put("out_features", weight.shape[0])
-        if layer_type == "Linear":
-            put("in_features", weight.shape[1])
-        else:
-            put("in1_features", weight.shape[1])
-            put("in2_features", weight.shape[2])
-        return
-    graph = _prepared(torch, module.graph)
-    reader = _ConstantReader(graph)
-    key_ops = _key_ops(layer_type)
-    key = next((n for n in _all_nodes(graph) if n.kind() in key_ops), None)
-    a = reader.args(key) if key is not None else {}
-    if layer_type.startswith(("BatchNorm", "InstanceNorm")):
-        ref = weight if weight is not None else arrays.get("running_mean")
-        if ref is None:
-            raise lifter.error("cannot recover num_features of a traced norm layer without "
-                               "affine parameters or running statistics (script the module "
-                               "instead of tracing it)", entry)
-        put("num_features", ref.shape[0])
-        put("affine", "weight" in arrays)
-        put("track_running_stats", "running_mean" in arrays)
-        if "eps" in a:
-            put("eps", float(a["eps"]))
-        momentum = a.get("momentum", _UNKNOWN)
-        nbt = arrays.get("num_batches_tracked")
-        if isinstance(momentum, float) and nbt is not None and int(nbt) > 0 and any(
-                n.kind() == "aten::add_" for n in _all_nodes(graph)) and abs(
-                momentum - 1.0 / int(nbt)) < 1e-12:
-            momentum = None  # traced in training mode with momentum=None (cumulative)
-        put("momentum", momentum)
-        return
-    if layer_type == "PReLU":
-        if weight is not None:
-            put("num_parameters", weight.shape[0])
-        return  # init (the default initial weight) is not in a traced module
-    if layer_type == "LayerNorm":
-        put("elementwise_affine", "weight" in arrays)
-        put("bias", "bias" in arrays)
-        put("normalized_shape", a.get("normalized_shape", _UNKNOWN))
-        if "eps" in a:
-            put("eps", float(a["eps"]))
-        return
-    if layer_type.startswith("Conv"):
-        if weight is None:  # pragma: no cover - convolutions always have a weight
-            raise lifter.error("traced convolution without a weight", entry)
-        groups = a.get("groups", 1)
-        groups = groups if isinstance(groups, int) else 1
-        put("groups", groups)
-        if "Transpose" in layer_type:
-            put("in_channels", weight.shape[0])
-            put("out_channels", weight.shape[1] * groups)
-        else:
-            put("out_channels", weight.shape[0])
-            put("in_channels", weight.shape[1] * groups)
-        put("kernel_size", list(weight.shape[2:]))
-        pad = next((n for n in _all_nodes(graph) if n.kind() == "aten::pad"), None)
-        if pad is not None and "Transpose" not in layer_type:
-            p = reader.args(pad)
-            amounts, mode = p.get("pad"), p.get("mode")
-            if isinstance(amounts, list) and mode in ("reflect", "replicate", "circular"):
-                n = len(amounts) // 2
-                put("padding", [amounts[2 * (n - 1 - i)] for i in range(n)])
-                put("padding_mode", mode)
-        for name in ("stride", "padding", "dilation", "output_padding"):
-            if name in a and isinstance(a[name], (list, str)):
-                put(name, a[name])
-        if "padding_mode" in names:
-            put("padding_mode", "zeros")
-        return
-    if layer_type.startswith("LPPool"):
-        pow_node = next((n for n in _all_nodes(graph) if n.kind() == "aten::pow"), None)
-        if pow_node is not None:
-            put("norm_type", reader.args(pow_node).get("exponent", _UNKNOWN))
-    for name, value in a.items():
-        if name == "stride" and value == []:
-            value = None
-        if name == "output_size" and isinstance(value, list):
-            value = [None if isinstance(v, _Size) else v for v in value]
-        if isinstance(value, (_Input, _Param, _Size)) or value is _UNKNOWN:
-            continue
-        if isinstance(value, list) and any(isinstance(v, (_Input, _Param, _Size))
-                                           or v is _UNKNOWN for v in value):
-            continue
-        put(name, value)
-    if layer_type.startswith("Adaptive") and "return_indices" in names:
-        put("return_indices", False)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -1128,6 +685,12 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
     lifter.run_block(graph, env)
     results = [env[v.unique()] for v in graph.outputs()]
     result = results[0] if len(results) == 1 else tuple(results)
+    result = _flat_tensors(lifter, result)
+    if isinstance(result, tuple) and any(r is None for r in result):
+        # GoogLeNet and Inception return (x, None, None) when scripted in eval mode (their
+        # auxiliary outputs); the network returns the tensors.
+        result = tuple(r for r in result if r is not None)
+        result = result[0] if len(result) == 1 else result
     if isinstance(result, _T):
         args: list[Any] = [result.name]
     elif isinstance(result, (list, tuple)) and result and all(
@@ -1137,6 +700,53 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
         raise lifter.error(f"the forward must return a tensor or a tuple of tensors, got "
                            f"{result!r}")
     lifter.nodes.append({"name": "output", "op": "output", "target": "output", "args": args})
+
+
+_SAME_SIZE_LAYERS = ("BatchNorm", "InstanceNorm", "LayerNorm", "Dropout", "AlphaDropout",
+                     "LocalResponseNorm", "PReLU")
+
+
+def _layer_sizes(spec: Any, args: Mapping[str, Any], dims: list[Any]) -> list[Any] | None:
+    """The symbolic sizes of a layer's output from its input's, where simple: layers
+    that keep the shape, and convolutions whose spatial size is divided exactly
+    (kernel == stride, no padding: ViT's patch embedding) or kept."""
+    from petab_sciml.catalogue import as_tuple
+
+    if spec.function is not None or spec.type.startswith(_SAME_SIZE_LAYERS):
+        return list(dims)
+    if not spec.type.startswith("Conv") or spec.type.startswith("ConvTranspose"):
+        return None
+    config = spec.resolve_args(args)
+    n = spec.spatial_dims
+    if len(dims) != n + 2:
+        return None
+    kernel, stride = as_tuple(config["kernel_size"], n), as_tuple(config["stride"], n)
+    dilation = as_tuple(config["dilation"], n)
+    padding = config["padding"]
+    out = [dims[0], config["out_channels"]]
+    for size, k, st, d, i in zip(dims[2:], kernel, stride, dilation, range(n)):
+        pad = 0 if padding == "valid" else None if padding == "same" else as_tuple(padding,
+                                                                                   n)[i]
+        if (padding == "same" or (k == 1 and pad == 0)) and st == 1:
+            out.append(size)
+        elif pad == 0 and d == 1 and k == st and isinstance(size, _Size):
+            out.append(size.scaled(1, st))
+        else:
+            return None
+    return out
+
+
+def _flat_tensors(lifter: _Lifter, value: Any) -> Any:
+    """A returned layer tuple (``return self.rnn(x)``) as its tensors, in order."""
+    if isinstance(value, _Tuple):
+        value = tuple(lifter.tuple_item(value, k) for k in range(len(value.items)))
+    if isinstance(value, (list, tuple)):
+        flat: list[Any] = []
+        for item in value:
+            item = _flat_tensors(lifter, item)
+            flat.extend(item if isinstance(item, tuple) else [item])
+        return tuple(flat)
+    return value
 
 
 def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,10 +2,16 @@
 
 Layout (all arrays row-major, in PyTorch index order)::
 
-    metadata/pytorch_format          uint8 scalar, must be 1
+    metadata/pytorch_format          bool (or integer 0/1) scalar
     parameters/<netId>/<layerId>/<arrayId>
     inputs/<inputId>/<key>           key: "0" (all conditions), "cond1;cond2", or "data"
     outputs/<outputId>/<key>         (reference outputs of the official test suite)
+
+Other top-level groups are allowed (the specification's schema does not forbid them)
+and ignored.  ``pytorch_format`` false means the arrays follow the conventions of the
+network's own format instead of PyTorch's (specification, "Array data"); every format this
+package reads uses PyTorch's dimension order and row-major storage, so the arrays are used
+as stored and their shapes are still checked against the network's.
 
 Reading only walks the structure (names, shapes, dtypes); each dataset is a
 :class:`LazyArray` read on demand.  Every problem with a file raises
@@ -43,7 +49,7 @@ __all__ = [
 ]
 
 GROUPS = ("metadata", "parameters", "inputs", "outputs")
-"""The top-level groups a PEtab SciML array file may hold."""
+"""The top-level groups of a PEtab SciML array file that carry meaning (others are ignored)."""
 
 GLOBAL_KEYS = ("0", "data")
 """Keys of input/output arrays that apply to every condition."""
@@ -124,6 +130,10 @@ class ArrayFile:
     """``{net_id: {layer_id: {array_id: array}}}``"""
     outputs: dict[str, dict[str, LazyArray]] = field(default_factory=dict)
     """``{output_id: {key: array}}``"""
+    pytorch_format: bool = True
+    """``metadata/pytorch_format`` (True for the legacy ``metadata/perm`` = "row")."""
+    ignored_groups: tuple[str, ...] = ()
+    """Top-level entries that are not part of the layout (allowed, not read)."""
 
 
 def condition_ids(key: str) -> tuple[str, ...] | None:
@@ -147,8 +157,9 @@ def read_array_file(path: PathLike, *, require_pytorch_format: bool = True) -> A
     """Read the structure (names, shapes, dtypes) of a PEtab SciML array file.
 
     Datasets are not read; they become :class:`LazyArray` objects.  With
-    ``require_pytorch_format`` the file must hold ``metadata/pytorch_format`` = 1 (the
-    legacy marker ``metadata/perm`` = "row" is accepted in its place).  Raises
+    ``require_pytorch_format`` the file must hold ``metadata/pytorch_format`` as a boolean
+    (or integer 0/1) scalar (the legacy marker ``metadata/perm`` = "row" is accepted in its
+    place); its value is in :attr:`ArrayFile.pytorch_format`.  Raises
     :class:`ArrayFileError` for a missing or non-HDF5 file and for any layout problem.
     """
     path = Path(path)
@@ -210,15 +221,16 @@ def _count_entries(h5: h5py.File, path: Path) -> None:
 
 def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> ArrayFile:
     """Check the top level and read each group's structure."""
+    ignored = []
     for name in h5:
         _child(h5, name, path, name)   # an external link is refused as such, unfollowed
         if name not in GROUPS:
-            raise ArrayFileError(f"unknown top-level group {name!r}; expected only "
-                                 f"{', '.join(GROUPS)}", file=path, entry=name)
+            ignored.append(name)
+            continue
         _group(h5, name, path, name)
+    result = ArrayFile(path, ignored_groups=tuple(ignored))
     if require_pytorch_format:
-        _check_metadata(h5, path)
-    result = ArrayFile(path)
+        result.pytorch_format = _check_metadata(h5, path)
     if "parameters" in h5:
         result.parameters = _read_parameters(h5["parameters"], path)
     for kind in ("inputs", "outputs"):
@@ -227,8 +239,9 @@ def _read_root(h5: h5py.File, path: Path, require_pytorch_format: bool) -> Array
     return result
 
 
-def _check_metadata(h5: h5py.File, path: Path) -> None:
-    """Require ``metadata/pytorch_format`` = 1 (or the legacy ``metadata/perm`` = "row")."""
+def _check_metadata(h5: h5py.File, path: Path) -> bool:
+    """Read ``metadata/pytorch_format`` (a boolean, or the legacy ``metadata/perm`` =
+    "row"); return its value."""
     # Membership by link (``getlink``): ``name in group`` would follow an external link.
     meta = _group(h5, "metadata", path, "metadata") if h5.get(
         "metadata", getlink=True) is not None else None
@@ -238,19 +251,22 @@ def _check_metadata(h5: h5py.File, path: Path) -> None:
 
     if not has("pytorch_format"):
         if has("perm"):
-            return _check_legacy_perm(meta, path)
-        raise ArrayFileError(f"missing metadata/pytorch_format; expected a uint8 scalar 1 ("
-                             f"{_FORMAT_HINT})", file=path, entry="metadata/pytorch_format")
+            _check_legacy_perm(meta, path)
+            return True
+        raise ArrayFileError(f"missing metadata/pytorch_format; expected a boolean scalar "
+                             f"(true: {_FORMAT_HINT})", file=path,
+                             entry="metadata/pytorch_format")
     entry = "metadata/pytorch_format"
     node = _dataset(meta, "pytorch_format", path, entry)
     if node.shape != () or node.dtype.kind not in "biu":
-        raise ArrayFileError(f"must be an integer (uint8) scalar 1, got dtype {node.dtype} and "
-                             f"shape {node.shape}", file=path, entry=entry)
+        raise ArrayFileError(f"must be a boolean (or integer 0/1) scalar, got dtype "
+                             f"{node.dtype} and shape {node.shape}", file=path, entry=entry)
     value = int(node[()])
-    if value != 1:
-        got = "0 (false)" if value == 0 else str(value)
-        raise ArrayFileError(f"is {got}, expected 1: only PyTorch-format files are supported "
-                             f"({_FORMAT_HINT})", file=path, entry=entry)
+    if value not in (0, 1):
+        raise ArrayFileError(f"is {value}, expected a boolean: 1 (true, {_FORMAT_HINT}) or "
+                             "0 (false, the network format's own conventions)", file=path,
+                             entry=entry)
+    return bool(value)
 
 
 def _check_legacy_perm(meta: h5py.Group, path: Path) -> None:
@@ -303,9 +319,16 @@ def _read_keyed(group: h5py.Group, kind: str, path: Path) -> dict[str, dict[str,
 
 
 def _check_keys(entries: Mapping[str, str], path: Path) -> None:
-    """``entries`` maps keys to dataset paths.  Each key must parse, and no condition may
-    appear under two keys."""
+    """``entries`` maps keys to dataset paths.  Each key must parse, a global key ("0",
+    "data") stands alone, and no condition may appear under two keys."""
     seen: dict[str, str] = {}
+    global_keys = [k for k in entries if k in GLOBAL_KEYS]
+    if global_keys and len(entries) > 1:
+        other = next(k for k in entries if k != global_keys[0])
+        raise ArrayFileError(f"holds both a global dataset {global_keys[0]!r} (all "
+                             f"conditions) and {other!r}; give either one global dataset "
+                             "or condition-specific datasets", file=path,
+                             entry=entries[other], code="ARRAY_INPUT_GLOBAL_AND_CONDITIONS")
     for key, entry in entries.items():
         try:
             ids = condition_ids(key)

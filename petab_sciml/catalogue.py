@@ -36,6 +36,8 @@ REQUIRED = object()
 #   float?, int?, str?               the scalar or null
 #   none                             only null is accepted (dtype, device)
 #   choice:a|b|c                     one of the listed strings
+#   choice?:a|b                      null or one of the listed strings
+#   false                            only false (return_indices of functional pools)
 #   any                              anything (kept as written)
 # Function-only kinds:
 #   tensor                           a node reference
@@ -102,6 +104,8 @@ def kind_description(kind: str) -> str:
         "str?": "a string or null",
         "none": "null",
         "choice": "one of " + ", ".join(repr(c) for c in n.split("|")),
+        "choice?": "null or one of " + ", ".join(repr(c) for c in n.split("|")),
+        "false": "false (true is not supported)",
         "any": "any value",
         "tensor": "the name of an earlier node",
         "tensor|number": "the name of an earlier node or a number",
@@ -168,6 +172,10 @@ def check_value(kind: str, value: Any) -> bool:
         return value is None
     if base == "choice":
         return value in n.split("|")
+    if base == "choice?":
+        return value is None or value in n.split("|")
+    if base == "false":
+        return value is False
     if base == "any":
         return True
     if base == "tensor":
@@ -226,14 +234,40 @@ class LayerSpec:
     args: tuple[Arg, ...]
     arrays: tuple[ArraySpec, ...] = ()
     n_inputs: int = 1
-    stochastic: bool = False
+    stochastic: bool | Callable[[Mapping[str, Any]], bool] = False
+    """True (or a rule on resolved args) when the layer draws random numbers in training."""
     spatial_dims: int | None = None
     check: Callable[[Mapping[str, Any]], str | None] | None = None
     """Extra consistency rule on resolved args; returns an error message or None."""
+    array_rule: Callable[[Mapping[str, Any]], tuple[ArraySpec, ...]] | None = None
+    """For layers whose array names depend on the arguments (recurrent layers:
+    ``weight_ih_l0``, ``weight_ih_l1_reverse``, ...): the arrays of resolved args.
+    ``arrays`` then lists the arrays of the default arguments, for documentation."""
+    optional_inputs: tuple[str, ...] = ()
+    """Inputs that may follow the ``n_inputs`` required ones: ``tensor``, or ``tensors:K``
+    for a tuple of K tensors (an LSTM's ``(h_0, c_0)``)."""
+    output: Any = "tensor"
+    """What a call returns: ``"tensor"``, or a tuple of such descriptions
+    (``("tensor", ("tensor", "tensor"))`` for an LSTM's ``output, (h_n, c_n)``)."""
+    function: str | None = None
+    """For activation modules (``nn.ReLU``...): the catalogue function the layer applies,
+    called with the layer's arguments (ignored ones dropped)."""
 
     @property
     def arg_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args)
+
+    def array_specs(self, args: Mapping[str, Any]) -> tuple[ArraySpec, ...]:
+        """The arrays a layer with resolved ``args`` may have (``present`` still applies)."""
+        return self.array_rule(args) if self.array_rule is not None else self.arrays
+
+    def is_stochastic(self, args: Mapping[str, Any]) -> bool:
+        """Whether a layer with resolved ``args`` draws random numbers in training mode."""
+        return self.stochastic(args) if callable(self.stochastic) else bool(self.stochastic)
+
+    @property
+    def max_inputs(self) -> int:
+        return self.n_inputs + len(self.optional_inputs)
 
     def resolve_args(
         self, given: Mapping[str, Any], *, file: object = None, entry: str = ""
@@ -284,7 +318,8 @@ class LayerSpec:
 
     def array_shapes(self, args: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         """Shapes of the arrays present for resolved ``args``, in catalogue order."""
-        return {a.name: tuple(a.shape(args)) for a in self.arrays if a.present(args)}
+        return {a.name: tuple(a.shape(args)) for a in self.array_specs(args)
+                if a.present(args)}
 
     def torch_kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved arguments accepted by the PyTorch constructor.
@@ -521,6 +556,104 @@ _layer(LayerSpec(
 ))
 
 
+_layer(LayerSpec(
+    "LocalResponseNorm",
+    (Arg("size", "int"), Arg("alpha", "float", 1e-4), Arg("beta", "float", 0.75),
+     Arg("k", "float", 1.0)),
+    check=lambda a: None if a["size"] >= 1 else f"size must be at least 1, got {a['size']}",
+))
+
+
+# Recurrent layers (torch.nn.RNN, LSTM, GRU): PyTorch's arguments, parameter names
+# (weight_ih_l0, weight_hh_l0_reverse, ...), layouts (gates stacked along axis 0 in
+# PyTorch's order: LSTM i, f, g, o; GRU r, z, n) and call convention: ``layer(x)`` or
+# ``layer(x, h_0)`` (LSTM: ``layer(x, (h_0, c_0))``) returning ``output, h_n`` (LSTM:
+# ``output, (h_n, c_n)``).
+RECURRENT_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
+
+
+def recurrent_arrays(layer_type: str, args: Mapping[str, Any]) -> tuple[ArraySpec, ...]:
+    """The arrays of a recurrent layer in PyTorch's ``_flat_weights_names`` order."""
+    gates = RECURRENT_GATES[layer_type] * args["hidden_size"]
+    hidden, proj = args["hidden_size"], args.get("proj_size", 0)
+    out_size = proj or hidden
+    directions = ("", "_reverse") if args["bidirectional"] else ("",)
+    out: list[ArraySpec] = []
+    for k in range(args["num_layers"]):
+        in_size = args["input_size"] if k == 0 else out_size * len(directions)
+        for sfx in directions:
+            out.append(ArraySpec(f"weight_ih_l{k}{sfx}", lambda a, n=in_size: (gates, n)))
+            out.append(ArraySpec(f"weight_hh_l{k}{sfx}", lambda a: (gates, out_size)))
+            if args["bias"]:
+                out.append(ArraySpec(f"bias_ih_l{k}{sfx}", lambda a: (gates,)))
+                out.append(ArraySpec(f"bias_hh_l{k}{sfx}", lambda a: (gates,)))
+            if proj:
+                out.append(ArraySpec(f"weight_hr_l{k}{sfx}", lambda a: (proj, hidden)))
+    return tuple(out)
+
+
+def _check_recurrent(args: Mapping[str, Any]) -> str | None:
+    if args["input_size"] < 1 or args["hidden_size"] < 1:
+        return "input_size and hidden_size must be at least 1"
+    if args["num_layers"] < 1:
+        return f"num_layers must be at least 1, got {args['num_layers']}"
+    if not 0 <= args["dropout"] <= 1:
+        return f"dropout must be in [0, 1], got {args['dropout']}"
+    proj = args.get("proj_size", 0)
+    if proj < 0 or (proj and proj >= args["hidden_size"]):
+        return f"proj_size must be 0 or in [1, hidden_size), got {proj}"
+    return None
+
+
+def _recurrent_dropout(args: Mapping[str, Any]) -> bool:
+    return args["dropout"] > 0 and args["num_layers"] > 1
+
+
+for _type in ("RNN", "LSTM", "GRU"):
+    _rnn_args: tuple[Arg, ...] = (
+        Arg("input_size", "int"), Arg("hidden_size", "int"), Arg("num_layers", "int", 1))
+    if _type == "RNN":
+        _rnn_args += (Arg("nonlinearity", "choice:tanh|relu", "tanh"),)
+    _rnn_args += (Arg("bias", "bool", True), Arg("batch_first", "bool", False),
+                  Arg("dropout", "float", 0.0), Arg("bidirectional", "bool", False))
+    if _type == "LSTM":
+        _rnn_args += (Arg("proj_size", "int", 0),)
+    _rnn_args += _DEVICE
+    _state = "tensors:2" if _type == "LSTM" else "tensor"
+    _layer(LayerSpec(
+        _type, _rnn_args,
+        recurrent_arrays(_type, {"input_size": 1, "hidden_size": 1, "num_layers": 1,
+                                 "bias": True, "bidirectional": False}),
+        stochastic=_recurrent_dropout, check=_check_recurrent,
+        array_rule=lambda a, t=_type: recurrent_arrays(t, a),
+        optional_inputs=(_state,),
+        output=("tensor", ("tensor", "tensor")) if _type == "LSTM" else ("tensor", "tensor"),
+    ))
+
+
+# Activation modules: layers without arrays that apply one catalogue function with their
+# arguments (nn.LeakyReLU(0.2) is leaky_relu(x, negative_slope=0.2)).  Their arguments
+# are the function's, except the input.
+ACTIVATION_LAYERS = {
+    "ReLU": "relu", "ReLU6": "relu6", "LeakyReLU": "leaky_relu", "ELU": "elu",
+    "CELU": "celu", "SELU": "selu", "GELU": "gelu", "SiLU": "silu", "Mish": "mish",
+    "Sigmoid": "sigmoid", "Tanh": "tanh", "Hardtanh": "hardtanh", "Hardswish": "hardswish",
+    "Hardsigmoid": "hardsigmoid", "LogSigmoid": "logsigmoid", "Softplus": "softplus",
+    "Softsign": "softsign", "Tanhshrink": "tanhshrink", "Softmax": "softmax",
+    "LogSoftmax": "log_softmax",
+}
+"""Activation layer type -> the catalogue function it applies (filled in below, once the
+functions are defined)."""
+
+
+def _register_activation_layers() -> None:
+    for layer_type, function in ACTIVATION_LAYERS.items():
+        params = FUNCTIONS[function].params[1:]
+        if function in ("softmax", "log_softmax"):  # nn.Softmax(dim=None)
+            params = tuple(p for p in params if p.name == "dim")
+        _layer(LayerSpec(layer_type, tuple(params), function=function))
+
+
 def layer_spec(layer_type: str, *, file: object = None, entry: str = "") -> LayerSpec:
     """The catalogue entry of ``layer_type`` or a :class:`NetworkError` with suggestions."""
     try:
@@ -555,6 +688,15 @@ class FunctionSpec:
     variadic: str | None = None
     returns_tensor: bool = True
     method_order: tuple[str, ...] | None = None
+    tuple_of: str | None = None
+    """For functions that return a tuple of tensors (``chunk``): the parameter giving
+    their number; the elements are read with ``getitem``."""
+
+    def output(self, bound: Mapping[str, Any]) -> Any:
+        """What a call with ``bound`` arguments returns (see ``LayerSpec.output``)."""
+        if self.tuple_of is None:
+            return "tensor"
+        return ("tensor",) * int(bound[self.tuple_of])
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -646,6 +788,7 @@ def _fn(
     variadic: str | None = None,
     returns_tensor: bool = True,
     method_order: Sequence[str] | None = None,
+    tuple_of: str | None = None,
 ) -> None:
     spellings = [name, *aliases]
     if torch_ns:
@@ -657,7 +800,7 @@ def _fn(
                       f"<built-in function {op_name}>"]
     spec = FunctionSpec(name, tuple(params), tuple(spellings[1:]), tuple(methods),
                         variadic, returns_tensor,
-                        None if method_order is None else tuple(method_order))
+                        None if method_order is None else tuple(method_order), tuple_of)
     FUNCTIONS[name] = spec
     for s in spellings:
         _SPELLINGS[("call_function", s)] = name
@@ -675,7 +818,10 @@ _fn("selu", _X, _INPLACE, functional=True)
 _fn("silu", _X, _INPLACE, functional=True, torch_ns=False)
 _fn("leaky_relu", _X, Arg("negative_slope", "float", 0.01), _INPLACE, functional=True,
     torch_ns=False)
-_fn("gelu", _X, Arg("approximate", "choice:none|tanh", "none"), functional=True, torch_ns=False)
+# F.gelu takes no ``inplace``, but networks written for other tools carry it; it has no
+# effect (torch=False keeps it away from nn.GELU's constructor).
+_fn("gelu", _X, Arg("approximate", "choice:none|tanh", "none"),
+    Arg("inplace", "bool", False, torch=False, ignored=True), functional=True, torch_ns=False)
 _fn("logsigmoid", _X, functional=True, torch_ns=False, aliases=["log_sigmoid"])
 _fn("tanhshrink", _X, functional=True, torch_ns=False)
 _fn("softsign", _X, functional=True, torch_ns=False)
@@ -700,9 +846,11 @@ _fn("sub", _A, _B, Arg("alpha", "float", 1), methods=["sub"], operator=["sub", "
     aliases=["subtract", "torch.subtract"])
 _fn("mul", _A, _B, methods=["mul"], operator=["mul", "imul"],
     aliases=["multiply", "torch.multiply"])
-_fn("div", _A, _B, Arg("rounding_mode", "none", None), methods=["div"],
+_fn("div", _A, _B, Arg("rounding_mode", "choice?:trunc|floor", None), methods=["div"],
     operator=["truediv", "itruediv"], aliases=["divide", "torch.divide", "true_divide",
                                                "torch.true_divide"])
+_fn("floor_divide", _A, _B, methods=["floor_divide"], operator=["floordiv", "ifloordiv"])
+_fn("remainder", _A, _B, methods=["remainder"], operator=["mod", "imod"])
 _fn("neg", _X, methods=["neg"], operator=["neg"], aliases=["negative", "torch.negative"])
 _fn("pow", _A, Arg("exponent", "tensor|number"), methods=["pow"], operator=["pow", "ipow"])
 _fn("matmul", _X, Arg("other", "tensor"), methods=["matmul"], operator=["matmul"])
@@ -717,6 +865,10 @@ _fn("maximum", _X, Arg("other", "tensor"), methods=["maximum"])
 _fn("minimum", _X, Arg("other", "tensor"), methods=["minimum"])
 _fn("erf", _X, methods=["erf"], aliases=["torch.special.erf"])
 _fn("sign", _X, methods=["sign"])
+_fn("floor", _X, methods=["floor"])
+_fn("ceil", _X, methods=["ceil"])
+_fn("round", _X, Arg("decimals", "int", 0), methods=["round"])
+_fn("trunc", _X, methods=["trunc"], aliases=["fix", "torch.fix"])
 _fn("sin", _X, methods=["sin"])
 _fn("cos", _X, methods=["cos"])
 
@@ -738,12 +890,20 @@ _fn("cat", Arg("tensors", "tensors"), Arg("dim", "int", 0), aliases=["concat", "
 _fn("stack", Arg("tensors", "tensors"), Arg("dim", "int", 0))
 _fn("flatten", _X, Arg("start_dim", "int", 0), Arg("end_dim", "int", -1), methods=["flatten"])
 _fn("reshape", _X, Arg("shape", "dims"), methods=["reshape", "view"], variadic="shape")
+# torch.chunk: `chunks` pieces of ceil(size / chunks) along dim (torchvision's ShuffleNet
+# splits channels so); the network must divide the size into exactly `chunks` pieces.
+_fn("chunk", _X, Arg("chunks", "int"), Arg("dim", "int", 0), methods=["chunk"],
+    tuple_of="chunks")
+_fn("unflatten", _X, Arg("dim", "int"), Arg("sizes", "dims"), methods=["unflatten"])
+_fn("reshape_as", _X, Arg("other", "tensor"), methods=["reshape_as", "view_as"],
+    torch_ns=False)
 _fn("permute", _X, Arg("dims", "dims"), methods=["permute"], variadic="dims")
 _fn("transpose", _X, Arg("dim0", "int"), Arg("dim1", "int"),
     methods=["transpose", "swapaxes"],
     aliases=["swapaxes", "torch.swapaxes"])
 _fn("squeeze", _X, Arg("dim", "dims?", None), methods=["squeeze"])
-_fn("contiguous", _X, methods=["contiguous"], torch_ns=False)
+_fn("contiguous", _X, Arg("memory_format", "any", None, ignored=True), methods=["contiguous"],
+    torch_ns=False)
 _fn("unsqueeze", _X, Arg("dim", "int"), methods=["unsqueeze"])
 _fn("getitem", _X, Arg("index", "index"), torch_ns=False, operator=["getitem"])
 _REDUCE = (_X, Arg("dim", "dims?", None), Arg("keepdim", "bool", False),
@@ -756,9 +916,48 @@ _fn("amin", _X, Arg("dim", "dims", []), Arg("keepdim", "bool", False), methods=[
 _fn("prod", _X, Arg("dim", "int?", None), Arg("keepdim", "bool", False),
     Arg("dtype", "none", None, ignored=True), methods=["prod"])
 _fn("flip", _X, Arg("dims", "dims"), methods=["flip"], variadic="dims")
+_fn("cumsum", _X, Arg("dim", "int"), Arg("dtype", "none", None, ignored=True),
+    methods=["cumsum"])
 _fn("pad", _X, Arg("pad", "pads"),
     Arg("mode", "choice:constant|reflect|replicate|circular", "constant"),
     Arg("value", "float?", None), functional=True, torch_ns=False)
+
+
+# Functional pools and normalisation (torch.nn.functional signatures; the layers' maths).
+for _n in (1, 2, 3):
+    # F.max_pool2d and F.adaptive_max_pool2d dispatch on return_indices to private
+    # functions, whose names scripted modules call.
+    _fn(f"max_pool{_n}d", _X, Arg("kernel_size", f"ints:{_n}"),
+        Arg("stride", f"ints?:{_n}", None), Arg("padding", f"ints:{_n}", 0),
+        Arg("dilation", f"ints:{_n}", 1), Arg("ceil_mode", "bool", False),
+        Arg("return_indices", "false", False), functional=True,
+        aliases=[f"torch.nn.functional._max_pool{_n}d"])
+    _fn(f"avg_pool{_n}d", _X, Arg("kernel_size", f"ints:{_n}"),
+        Arg("stride", f"ints?:{_n}", None), Arg("padding", f"ints:{_n}", 0),
+        Arg("ceil_mode", "bool", False), Arg("count_include_pad", "bool", True),
+        *((Arg("divisor_override", "int?", None),) if _n > 1 else ()), functional=True)
+    _fn(f"lp_pool{_n}d", _X, Arg("norm_type", "float"), Arg("kernel_size", f"ints:{_n}"),
+        Arg("stride", f"ints?:{_n}", None), Arg("ceil_mode", "bool", False),
+        functional=True, torch_ns=False)
+    _fn(f"adaptive_avg_pool{_n}d", _X, Arg("output_size", f"sizes?:{_n}"), functional=True)
+    _fn(f"adaptive_max_pool{_n}d", _X, Arg("output_size", f"sizes?:{_n}"),
+        Arg("return_indices", "false", False), functional=True,
+        aliases=[f"torch.nn.functional._adaptive_max_pool{_n}d"])
+_fn("local_response_norm", _X, Arg("size", "int"), Arg("alpha", "float", 1e-4),
+    Arg("beta", "float", 0.75), Arg("k", "float", 1.0), functional=True, torch_ns=False)
+
+POOL_FUNCTIONS = {
+    **{f"max_pool{n}d": f"MaxPool{n}d" for n in (1, 2, 3)},
+    **{f"avg_pool{n}d": f"AvgPool{n}d" for n in (1, 2, 3)},
+    **{f"lp_pool{n}d": f"LPPool{n}d" for n in (1, 2, 3)},
+    **{f"adaptive_avg_pool{n}d": f"AdaptiveAvgPool{n}d" for n in (1, 2, 3)},
+    **{f"adaptive_max_pool{n}d": f"AdaptiveMaxPool{n}d" for n in (1, 2, 3)},
+    "local_response_norm": "LocalResponseNorm",
+}
+"""Functions that apply a parameter-free layer's maths, with the layer's arguments: the
+backends run them through the layer's implementation."""
+
+_register_activation_layers()
 
 
 def canonical_function(op: str, target: str) -> str | None:

@@ -240,12 +240,14 @@ def _register_commands() -> None:
     """Commands defined in their own modules (kept small; imported at start-up because
     click needs their options, while their heavy imports happen inside)."""
     from petab_sciml.cli_convert import convert
+    from petab_sciml.cli_fit import fit
     from petab_sciml.cli_problem import info, upgrade, validate
 
     main.add_command(validate)
     main.add_command(info)
     main.add_command(upgrade)
     main.add_command(convert)
+    main.add_command(fit)
 
 
 _register_commands()

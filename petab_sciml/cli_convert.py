@@ -50,6 +50,10 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
                    "may be a name or ? for a dynamic size. Repeatable.")
 @click.option("--trust-code", is_flag=True,
               help="Allow reading formats whose loading runs code from the file.")
+@click.option("--portable", is_flag=True,
+              help="YAML output: write only what the official petab_sciml reader and "
+                   "libpetab know (the specification's layers and functions), or write "
+                   "nothing and name each node that has no portable form.")
 @click.option("--show-names", is_flag=True,
               help="Print where each ONNX initializer went (ONNX sources).")
 @click.option("--force", is_flag=True,
@@ -58,8 +62,8 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
 @limit_option
 def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
             src_format: str | None, dst_format: str | None, net_id: str | None,
-            input_shapes: tuple[str, ...], trust_code: bool, show_names: bool, force: bool,
-            limits: dict[str, int]) -> None:
+            input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
+            portable: bool, force: bool, limits: dict[str, int]) -> None:
     """Convert the network file IN to OUT (YAML, ONNX, ...; formats by extension).
 
     OUT must not be IN, nor exist unless --force; it is written to a temporary path
@@ -70,13 +74,13 @@ def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
 
     with use_limits(**limits):
         _convert(src, dst, params, params_in, src_format, dst_format, net_id, input_shapes,
-                 trust_code, show_names, force)
+                 trust_code, show_names, portable, force)
 
 
 def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
              src_format: str | None, dst_format: str | None, net_id: str | None,
              input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
-             force: bool) -> None:
+             portable: bool, force: bool) -> None:
     from petab_sciml.convert import carries_parameters
     from petab_sciml.convert import convert as run_convert
     from petab_sciml.plugins import format_for_path
@@ -100,7 +104,7 @@ def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
         result = run_convert(src, dst, src_format=src_format, dst_format=dst_format,
                              params_out=params_out, params_in=params_in,
                              trust_code=trust_code, net_id=net_id, input_shapes=shapes,
-                             force=force)
+                             portable=portable, force=force)
         if show_names and result.src_format == "onnx":
             from petab_sciml.formats.onnx import import_onnx
 

@@ -44,9 +44,11 @@ limit_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Print the issues as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
-@click.option("--libpetab/--no-libpetab", default=True, show_default=True,
-              help="Also run libpetab-python's PEtab v2 table checks when it is installed "
-                   "(on problems without other errors).")
+@click.option("--libpetab/--no-libpetab", default=False,
+              help="Also run libpetab-python's PEtab v2 + SciML linter (libpetab >= 0.10, "
+                   "Python >= 3.12) and show its findings beside ours, tagged LIBPETAB; "
+                   "they never decide validity, and it runs only on problems without other "
+                   "errors. Off by default: it can be much slower.")
 @limit_option
 def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
              limits: dict[str, int]) -> None:

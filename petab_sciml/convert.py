@@ -87,6 +87,7 @@ def convert(
     trust_code: bool = False,
     net_id: str | None = None,
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None,
+    portable: bool = False,
     force: bool = False,
 ) -> ConvertResult:
     """Convert the network file ``src`` to ``dst``.
@@ -97,7 +98,11 @@ def convert(
     parameters as a PEtab SciML array file.  ``trust_code`` is needed to read formats
     whose loading runs code from the file.  ``input_shapes`` goes to writers that accept
     it (ONNX: fixes the graph input shapes).  Warnings from reading and writing are
-    collected in the result (and not shown).
+    collected in the result (and not shown); a YAML output that uses our extensions of
+    the NN model YAML (constructs the official ``petab_sciml`` reader does not know) adds
+    a warning naming them.  With ``portable`` the YAML output holds only the portable
+    subset (:mod:`petab_sciml.portable`), or nothing is written and
+    :class:`~petab_sciml.errors.NetworkError` names each node without a portable form.
 
     Outputs are checked before anything is read, and written through
     :mod:`petab_sciml.safe_write`: ``dst`` and ``params_out`` must not be (or resolve to)
@@ -145,6 +150,23 @@ def convert(
             params = {g: dict(a) for g, a in (params or {}).items()}
             for group, arrays in loaded.items():
                 params.setdefault(group, {}).update(arrays)
+        if portable:
+            if fout.name != "yaml":
+                raise PetabSciMLError(f"--portable applies to the YAML format, not "
+                                      f"{fout.name}", file=dst)
+            from petab_sciml.portable import portable_network
+
+            network = portable_network(network)
+        elif fout.name == "yaml":
+            from petab_sciml.portable import portability_problems
+
+            problems = portability_problems(network)
+            if problems:
+                warnings.warn(f"{dst.name} uses petab-sciml extensions of the NN model YAML "
+                              f"that the official petab_sciml reader does not know ("
+                              f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''})"
+                              "; convert with --portable to get only the portable subset "
+                              "or the list of what has none", stacklevel=2)
         kwargs: dict[str, Any] = {}
         if _accepts(fout.write, "params"):
             kwargs["params"] = params

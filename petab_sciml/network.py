@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from petab_sciml.catalogue import (
+    FUNCTIONS,
     FunctionSpec,
     LayerSpec,
     function_spec,
@@ -82,11 +83,16 @@ class Layer:
     def spec(self) -> LayerSpec:
         return layer_spec(self.type)
 
+    @property
+    def stochastic(self) -> bool:
+        """True if the layer draws random numbers in training mode (dropout)."""
+        return self.spec.is_stochastic(self.config)
+
     def arrays(self) -> dict[str, ArrayInfo]:
         """The layer's parameter arrays, in catalogue order."""
         spec = self.spec
         out = {}
-        for a in spec.arrays:
+        for a in spec.array_specs(self.config):
             if a.present(self.config):
                 out[a.name] = ArrayInfo(tuple(a.shape(self.config)), a.trainable, a.dtype)
         return out
@@ -190,6 +196,7 @@ class Network:
         _check_sizes(built_layers, free, file)
         built_nodes = _build_nodes(nodes, built_layers, free, file)
         order = _check_graph(built_nodes, input_ids, file)
+        _check_tuple_values(built_nodes, built_layers, order, file)
         return cls(id, input_ids, built_layers, built_nodes, free, file, order)
 
     # ----------------------------------------------------------------- queries
@@ -234,7 +241,7 @@ class Network:
     @property
     def stochastic(self) -> bool:
         """True if a layer draws random numbers in training mode (dropout)."""
-        return any(layer.spec.stochastic for layer in self.layers.values())
+        return any(layer.stochastic for layer in self.layers.values())
 
 
 # --------------------------------------------------------------------- validation
@@ -426,13 +433,7 @@ def _build_nodes(items: Iterable[Mapping[str, Any] | Node], layers: Mapping[str,
             if kwargs:
                 raise NetworkError(f"call_module of {target!r} takes no kwargs, got "
                                    f"{sorted(kwargs)}", file=file, entry=entry)
-            if len(args) != spec.n_inputs:
-                raise NetworkError(f"layer {target!r} ({spec.type}) takes {spec.n_inputs} "
-                                   f"input(s), got {len(args)}", file=file, entry=entry)
-            if not all(isinstance(a, str) for a in args):
-                raise NetworkError(f"call_module args must be node names, got {args!r}",
-                                   file=file, entry=entry)
-            bound = {"inputs": tuple(Ref(a) for a in args)}
+            bound = {"inputs": _layer_inputs(spec, target, args, file, entry)}
         elif op in ("call_function", "call_method"):
             spec_f = function_spec(op, target, file=file, entry=entry)
             function = spec_f.name
@@ -450,6 +451,34 @@ def _build_nodes(items: Iterable[Mapping[str, Any] | Node], layers: Mapping[str,
                 raise NetworkError("output takes no kwargs", file=file, entry=entry)
             bound = {"outputs": tuple(Ref(a) for a in outputs)}
         out.append(Node(name, op, target, tuple(args), dict(kwargs), function, bound))
+    return tuple(out)
+
+
+def _layer_inputs(spec: LayerSpec, target: str, args: Sequence[Any], file: str | None,
+                  entry: str) -> tuple[Any, ...]:
+    """The bound inputs of a call of layer ``target``: a :class:`Ref` per tensor input, a
+    tuple of them for a tuple input (an LSTM's ``(h_0, c_0)``)."""
+    if not spec.n_inputs <= len(args) <= spec.max_inputs:
+        expected = (str(spec.n_inputs) if spec.max_inputs == spec.n_inputs
+                    else f"{spec.n_inputs} to {spec.max_inputs}")
+        raise NetworkError(f"layer {target!r} ({spec.type}) takes {expected} input(s), got "
+                           f"{len(args)}", file=file, entry=entry)
+    kinds = ("tensor",) * spec.n_inputs + spec.optional_inputs
+    out: list[Any] = []
+    for arg, kind in zip(args, kinds):
+        if kind == "tensor":
+            if not isinstance(arg, str):
+                raise NetworkError(f"call_module args must be node names, got {args!r}",
+                                   file=file, entry=entry)
+            out.append(Ref(arg))
+        else:  # tensors:K
+            k = int(kind.partition(":")[2])
+            if not (isinstance(arg, (list, tuple)) and len(arg) == k
+                    and all(isinstance(a, str) for a in arg)):
+                raise NetworkError(f"input {len(out) + 1} of layer {target!r} ({spec.type}) "
+                                   f"must be a list of {k} node names, got {arg!r}",
+                                   file=file, entry=entry)
+            out.append(tuple(Ref(a) for a in arg))
     return tuple(out)
 
 
@@ -523,3 +552,42 @@ def _find_cycle(pending: Sequence[Node], deps: Mapping[str, set[str]]) -> list[s
         path.append(nxt)
         seen.add(nxt)
         current = nxt
+
+
+def _describe(structure: Any) -> str:
+    if structure == "tensor":
+        return "a tensor"
+    return "(" + ", ".join("tensor" if x == "tensor" else _describe(x) for x in structure) + ")"
+
+
+def _check_tuple_values(nodes: Sequence[Node], layers: Mapping[str, Layer],
+                        order: Sequence[str], file: str | None) -> None:
+    """Layers and functions that return tuples (recurrent layers: ``output, h_n``;
+    ``chunk``) may be read only by ``getitem`` with an integer index, as
+    ``out, h = rnn(x)`` is traced."""
+    by_name = {n.name: n for n in nodes}
+    structure: dict[str, Any] = {}
+    for name in order:
+        node = by_name[name]
+        tuples = [r for r in node.refs() if structure.get(r, "tensor") != "tensor"]
+        if node.op == "call_module":
+            structure[name] = layers[node.target].spec.output
+        elif node.function is not None and FUNCTIONS[node.function].tuple_of is not None:
+            structure[name] = FUNCTIONS[node.function].output(node.bound)
+        if not tuples:
+            continue
+        ref = tuples[0]
+        if node.op in ("call_function", "call_method") and node.function == "getitem" \
+                and node.bound["input"] == Ref(ref) and len(tuples) == 1:
+            index = node.bound["index"]
+            items = structure[ref]
+            if isinstance(index, int) and not isinstance(index, bool) \
+                    and -len(items) <= index < len(items):
+                structure[name] = items[index]
+                continue
+            raise NetworkError(f"{ref!r} is a tuple {_describe(items)}; index it with an "
+                               f"integer in [-{len(items)}, {len(items)}), got {index!r}",
+                               file=file, entry=f"forward node {name!r}")
+        raise NetworkError(f"{ref!r} is a tuple {_describe(structure[ref])} (what its layer "
+                           "returns); take one element with getitem (``out, h = rnn(x)``) "
+                           "before using it", file=file, entry=f"forward node {name!r}")

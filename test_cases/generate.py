@@ -131,6 +131,23 @@ def _lin(i: int, o: int, bias: bool = True) -> Callable[[], nn.Module]:
     return lambda: nn.Linear(i, o, bias=bias)
 
 
+def _lstm_all(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    out, (h, c) = m.rnn(x)
+    return out, h, c
+
+
+def _lstm_state(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h0 = torch.tanh(m.lin(x[:, 0])).unsqueeze(0)
+    c0 = torch.tanh(m.lin2(x[:, -1])).unsqueeze(0)
+    out, (h, c) = m.rnn(x, (h0, c0))
+    return out, h, c
+
+
+def _chunk_swap(x: torch.Tensor) -> torch.Tensor:
+    left, right = torch.chunk(x, 2, 1)
+    return torch.cat([right, left], 1)
+
+
 _P = lambda *shape: (lambda: nn.Parameter(torch.randn(*shape) * 0.5))  # noqa: E731
 
 CASES: list[Case] = [
@@ -278,8 +295,8 @@ CASES: list[Case] = [
         nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Softplus(beta=2.0), nn.Linear(8, 8),
         nn.LeakyReLU(0.1), nn.Linear(8, 6), nn.GELU(approximate="tanh"), nn.Hardtanh(-1, 2),
         nn.ELU(0.7), nn.SiLU(), nn.Identity(), nn.LogSoftmax(dim=1)),
-         ((5, 4),), "nn.Sequential with activation modules (traced to functions); "
-         "layer ids layer_0, layer_2, ..."),
+         ((5, 4),), "nn.Sequential with activation modules (layers; nn.Identity is "
+         "traced through); layer ids layer_0, layer_1, ..."),
     # --------------------------------------------------------------- arithmetic
     Case("add", fn1(lambda m, x: torch.add(x, m.layer1(x), alpha=0.5) + 1.5 + x.add(x)
                     , layer1=_lin(5, 5)), ((3, 5),),
@@ -435,6 +452,72 @@ CASES: list[Case] = [
                            conv=lambda: nn.Conv2d(2, 4, 3), act=lambda: nn.PReLU(4),
                            flat=lambda: nn.Flatten(), fc=_lin(16, 2)), ((3, 2, 4, 4),),
          "Conv2d, PReLU(4), Flatten, Linear"),
+    # --------------------------------------------------------------- recurrent
+    Case("lstm", fn1(_lstm_all, rnn=lambda: nn.LSTM(4, 6, num_layers=2, bidirectional=True)),
+         ((5, 3, 4),), "LSTM(4, 6, num_layers=2, bidirectional=True): output, h_n, c_n"),
+    Case("lstm_proj_state", fn1(_lstm_state, lin=_lin(4, 3), lin2=_lin(4, 6),
+                                rnn=lambda: nn.LSTM(4, 6, batch_first=True, proj_size=3)),
+         ((2, 5, 4),), "LSTM(batch_first=True, proj_size=3) from an initial state "
+         "(h_0, c_0) computed from the input"),
+    Case("gru", fn1(lambda m, x: m.rnn(x)[0].tanh() + m.rnn(x)[1].sum(0).unsqueeze(1),
+                    rnn=lambda: nn.GRU(4, 5, num_layers=3, batch_first=True, dropout=0.3)),
+         ((2, 6, 4),), "GRU(num_layers=3, batch_first=True, dropout=0.3) (no dropout in "
+         "eval mode), output and h_n", mode="eval"),
+    Case("gru_state", fn1(lambda m, x: m.rnn(x, torch.tanh(m.lin(x[0])).unsqueeze(0))[1],
+                          lin=_lin(3, 4), rnn=lambda: nn.GRU(3, 4, bias=False)),
+         ((6, 2, 3),), "GRU(bias=False) from an initial state h_0 computed from the input"),
+    Case("rnn_unbatched", fn1(lambda m, x: m.rnn(x),
+                              rnn=lambda: nn.RNN(3, 4, nonlinearity="relu",
+                                                 bidirectional=True)),
+         ((7, 3),), "RNN(nonlinearity='relu', bidirectional=True) of an unbatched sequence, "
+         "returned whole (output, h_n)"),
+    # --------------------------------------------------------------- more layers, functions
+    Case("local_response_norm", fn1(lambda m, x: m.lrn(x) + F.local_response_norm(
+        x, 2, alpha=0.1, beta=0.5, k=2.0), lrn=lambda: nn.LocalResponseNorm(3, k=1.5)),
+         ((2, 6, 3, 3),), "LocalResponseNorm(3) and F.local_response_norm (even size)",
+         scale=2.0),
+    Case("activation_layers", fn1(
+        lambda m, x: m.a(x) + m.b(x) + m.c(x) + m.d(x) + m.e(x) + m.sp(x) + m.g(x),
+        a=lambda: nn.LeakyReLU(0.2), b=lambda: nn.ELU(0.5), c=lambda: nn.Hardtanh(-0.5, 0.8),
+        d=lambda: nn.Softmax(dim=1), e=lambda: nn.GELU(), sp=lambda: nn.Softplus(2.0, 3.0),
+        g=lambda: nn.Mish()), ((3, 5),),
+         "activation modules as layers (LeakyReLU, ELU, Hardtanh, Softmax, GELU, "
+         "Softplus, Mish)", scale=2.0),
+    Case("activation_layers_more", fn1(
+        lambda m, x: (m.a(x) + m.b(x) + m.c(x) + m.d(x) + m.e(x), m.sg(x) + m.g(x) + m.h(x)
+                      + m.i(x) + m.j(x) + m.k(x)),
+        a=nn.ReLU6, b=nn.SELU, c=lambda: nn.CELU(0.7), d=nn.Hardswish, e=nn.Hardsigmoid,
+        sg=nn.Sigmoid, g=nn.Tanh, h=nn.LogSigmoid, i=nn.Softsign, j=nn.Tanhshrink,
+        k=lambda: nn.LogSoftmax(dim=0)), ((3, 5),),
+         "more activation modules as layers (two outputs)", scale=3.0),
+    Case("functional_pools", fn1(lambda m, x: (
+        F.max_pool2d(x, 2), F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+        F.adaptive_avg_pool2d(x, (2, 3)), F.adaptive_max_pool2d(x, 3),
+        F.avg_pool1d(x.flatten(2), 4), F.lp_pool2d(x, 2.0, 2),
+        torch.max_pool1d(x.flatten(2), 3, 2))), ((2, 3, 6, 6),),
+         "functional pools and adaptive pools (seven outputs)"),
+    Case("functional_pools_1d_3d", fn1(lambda m, x: (
+        F.max_pool3d(x, 2, stride=1, dilation=(1, 2, 1)), F.avg_pool3d(x, 2, divisor_override=3),
+        F.adaptive_avg_pool3d(x, (1, 2, None)), F.adaptive_max_pool3d(x, 2),
+        F.lp_pool3d(x.abs() + 0.1, 3.0, 2), F.max_pool1d(x.flatten(2), 4, ceil_mode=True),
+        F.adaptive_avg_pool1d(x.flatten(2), 5), F.adaptive_max_pool1d(x.flatten(2), 4),
+        F.lp_pool1d(x.flatten(2).abs() + 0.1, 1.5, 3, stride=2))), ((2, 2, 4, 5, 4),),
+         "functional 1-d and 3-d pools and adaptive pools (nine outputs)"),
+    Case("rounding_division", fn1(lambda m, x: (
+        torch.div(x, 0.7, rounding_mode="floor"), torch.div(x, 0.7, rounding_mode="trunc"),
+        torch.floor_divide(x, 0.3), x // 0.4, x % 0.5, torch.remainder(x, -0.6))),
+         ((4, 5),), "div(rounding_mode=floor/trunc), floor_divide, //, %, remainder",
+         scale=3.0),
+    Case("cumsum", fn1(lambda m, x: torch.cumsum(x, 1) + x.cumsum(dim=-1)), ((3, 4),),
+         "torch.cumsum, Tensor.cumsum"),
+    Case("reshape_as_rounding", fn1(lambda m, x: (
+        torch.tanh(x).reshape_as(x.transpose(0, 1)) + x.view_as(x.transpose(0, 1))
+        + torch.unflatten(x, 1, (2, -1)).flatten(1).reshape(4, 3)
+        + x.unflatten(0, (1, 3))[0].transpose(0, 1)
+        + _chunk_swap(x).transpose(0, 1) * x.chunk(3)[2].sum(),
+        torch.floor(x) + x.ceil() + torch.round(x) + x.round(decimals=1) + torch.trunc(x))),
+         ((3, 4),), "Tensor.reshape_as, Tensor.view_as, unflatten, chunk; floor, ceil, "
+         "round, trunc (two outputs)", scale=3.0),
 ]
 
 

@@ -48,3 +48,7 @@ if os.environ.get("CI"):
 
     settings.register_profile("ci", derandomize=True)
     settings.load_profile("ci")
+
+
+# The official petab_sciml package in a throw-away environment (session fixture).
+from tests.official_package import official_env  # noqa: E402, F401

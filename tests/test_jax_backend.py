@@ -124,10 +124,18 @@ TORCH_SPECIAL = {
     "add": lambda input, other, alpha: input + (other if alpha == 1 else alpha * other),
     "sub": lambda input, other, alpha: input - (other if alpha == 1 else alpha * other),
     "mul": lambda input, other: input * other,
-    "div": lambda input, other, rounding_mode: input / other,
+    # PyTorch has no derivative of rounded division: its values, and the zero gradient
+    # of a step function (what torch.floor gives).
+    "div": lambda input, other, rounding_mode: input / other if rounding_mode is None else (
+        torch.div(input, other, rounding_mode=rounding_mode).detach() + 0 * input),
+    "floor_divide": lambda input, other: (torch.floor_divide(input, other).detach()
+                                          + 0 * input),
+    "gelu": lambda input, approximate, inplace: torch.nn.functional.gelu(
+        input, approximate=approximate),
+    "reshape_as": lambda input, other: input.reshape_as(other),
     "pow": lambda input, exponent: input ** exponent,
     "neg": lambda input: -input,
-    "contiguous": lambda input: input.contiguous(),
+    "contiguous": lambda input, memory_format: input.contiguous(),
     "reshape": lambda input, shape: torch.reshape(input, _dims(shape)),
     "permute": lambda input, dims: input.permute(*_dims(dims)),
     "squeeze": lambda input, dim: (torch.squeeze(input) if dim is None
@@ -422,6 +430,27 @@ EXTRA_LAYERS = [
     ("PReLU", dict(num_parameters=4), [(5, 4)]),
     ("PReLU", {}, [(6,)]),
     ("PReLU", dict(num_parameters=2), [(2, 2)]),
+    ("LocalResponseNorm", dict(size=3, alpha=0.2, beta=0.6, k=1.5), [(2, 5, 4)]),
+    ("LocalResponseNorm", dict(size=4), [(2, 6, 3, 2)]),
+    ("LeakyReLU", dict(negative_slope=0.3), [(3, 4)]),
+    ("GELU", dict(approximate="tanh"), [(3, 4)]),
+    ("Softmax", dict(dim=0), [(3, 4)]),
+    ("LogSoftmax", {}, [(2, 3, 4)]),
+    ("Hardtanh", dict(min_val=-0.3, max_val=0.5), [(3, 4)]),
+    ("ReLU", {}, [(3, 4)]), ("ReLU6", {}, [(3, 4)]), ("ELU", dict(alpha=0.5), [(3, 4)]),
+    ("CELU", {}, [(3, 4)]), ("SELU", {}, [(3, 4)]), ("SiLU", {}, [(3, 4)]),
+    ("Mish", {}, [(3, 4)]), ("Sigmoid", {}, [(3, 4)]), ("Tanh", {}, [(3, 4)]),
+    ("Hardswish", {}, [(3, 4)]), ("Hardsigmoid", {}, [(3, 4)]), ("LogSigmoid", {}, [(3, 4)]),
+    ("Softplus", dict(beta=2.0, threshold=1.0), [(3, 4)]), ("Softsign", {}, [(3, 4)]),
+    ("Tanhshrink", {}, [(3, 4)]),
+    ("LSTM", dict(input_size=3, hidden_size=4, num_layers=2, bidirectional=True),
+     [(5, 2, 3)]),
+    ("LSTM", dict(input_size=3, hidden_size=4, proj_size=2, batch_first=True), [(2, 5, 3)]),
+    ("GRU", dict(input_size=3, hidden_size=4, bias=False, batch_first=True), [(2, 4, 3)]),
+    ("GRU", dict(input_size=3, hidden_size=2, num_layers=2), [(4, 3)]),
+    ("RNN", dict(input_size=3, hidden_size=4, nonlinearity="relu", bidirectional=True),
+     [(4, 2, 3)]),
+    ("RNN", dict(input_size=3, hidden_size=4), [(4, 3)]),
 ]
 
 
@@ -439,9 +468,20 @@ def _layer_network(layer_type, args, n_inputs, input_shape=None):
                   {"name": "xw", "op": "call_function", "target": "mul",
                    "args": [names[0], "w"]}]
         args_in[0] = "xw"
-    nodes += [{"name": "y", "op": "call_module", "target": "l", "args": args_in},
-              {"name": "out", "op": "call_function", "target": "tanh", "args": ["y"]},
-              {"name": "output", "op": "output", "args": ["out"]}]
+    nodes += [{"name": "y", "op": "call_module", "target": "l", "args": args_in}]
+    if LAYERS[layer_type].output != "tensor":  # recurrent: output + tanh(h_n) as well
+        nodes += [{"name": "y0", "op": "call_function", "target": "getitem",
+                   "args": ["y", 0]},
+                  {"name": "h", "op": "call_function", "target": "getitem", "args": ["y", 1]}]
+        if layer_type == "LSTM":
+            nodes.append({"name": "h0", "op": "call_function", "target": "getitem",
+                          "args": ["h", 1]})
+        nodes += [{"name": "out", "op": "call_function", "target": "tanh",
+                   "args": [nodes[-1]["name"]]},
+                  {"name": "output", "op": "output", "args": [["y0", "out"]]}]
+    else:
+        nodes += [{"name": "out", "op": "call_function", "target": "tanh", "args": ["y"]},
+                  {"name": "output", "op": "output", "args": ["out"]}]
     return Network.build("net", names, [{"layer_id": "l", "layer_type": layer_type,
                                          "args": args}], nodes, free)
 
@@ -562,6 +602,30 @@ EXTRA_FUNCTIONS = [
     ("pad", [[3, -1, 1, 1]], {"mode": "circular"}, (2, 3, 4)),
     ("pad", [[1, 0, 1, 2, 0, 1]], {"mode": "replicate"}, (2, 3, 4, 5)),
     ("pad", [[1, 1, 1, 0, 2, 1]], {"mode": "reflect"}, (1, 2, 3, 4, 5)),
+    ("max_pool1d", [2], {}, (2, 3, 6)), ("max_pool2d", [3], {"stride": 1, "padding": 1},
+                                         (1, 2, 4, 5)),
+    ("max_pool3d", [2], {"ceil_mode": True}, (1, 2, 3, 5, 4)),
+    ("avg_pool1d", [3], {"stride": 2, "count_include_pad": False, "padding": 1}, (2, 3, 7)),
+    ("avg_pool2d", [2], {"divisor_override": 3}, (2, 2, 4, 4)),
+    ("avg_pool3d", [2], {}, (1, 2, 4, 4, 4)),
+    ("lp_pool1d", [2.0, 2], {}, (2, 3, 6)), ("lp_pool2d", [3.0, 2], {}, (2, 2, 4, 4), True),
+    ("lp_pool3d", [1.5, 2], {}, (1, 2, 4, 4, 4), True),
+    ("adaptive_avg_pool1d", [3], {}, (2, 3, 7)),
+    ("adaptive_avg_pool2d", [[2, None]], {}, (2, 3, 5, 4)),
+    ("adaptive_avg_pool3d", [2], {}, (1, 2, 5, 4, 3)),
+    ("adaptive_max_pool1d", [4], {}, (2, 3, 7)),
+    ("adaptive_max_pool2d", [3], {}, (1, 2, 5, 4)),
+    ("adaptive_max_pool3d", [[1, 2, 2]], {}, (1, 2, 3, 4, 5)),
+    ("local_response_norm", [2], {"alpha": 0.1, "k": 2.0}, (2, 4, 3)),
+    ("floor_divide", [0.3], {}, (3, 4)), ("remainder", [0.7], {}, (3, 4)),
+    ("remainder", ["x"], {}, (3, 4), True),
+    ("div", [0.7], {"rounding_mode": "floor"}, (3, 4)),
+    ("div", [0.7], {"rounding_mode": "trunc"}, (3, 4)),
+    ("floor", [], {}, (3, 4)), ("ceil", [], {}, (3, 4)), ("round", [], {}, (3, 4)),
+    ("round", [], {"decimals": 1}, (3, 4)), ("trunc", [], {}, (3, 4)),
+    ("cumsum", [1], {}, (3, 4)), ("cumsum", [], {"dim": 0}, (3, 4), False, True),
+    ("reshape_as", ["xt"], {}, (3, 4)), ("unflatten", [1, [2, -1]], {}, (3, 4)),
+    ("chunk", [2], {"dim": 1}, (3, 4)), ("chunk", [3], {}, (6, 2), False, True),
 ]
 
 
@@ -582,6 +646,9 @@ def _function_network(name, rest, kwargs, shape, method):
         args = ["cond", "h", *rest]
     op = "call_method" if method else "call_function"
     nodes.append({"name": "f", "op": op, "target": name, "args": args, "kwargs": kwargs})
+    if FUNCTIONS[name].tuple_of is not None:  # chunk: take the last piece
+        nodes.append({"name": "f1", "op": "call_function", "target": "getitem",
+                      "args": ["f", -1]})
     if name == "softmax":  # the sum of a softmax is constant: square it for a useful gradient
         nodes.append({"name": "f2", "op": "call_function", "target": "pow", "args": ["f", 2]})
     if name in ("gt", "lt", "ge", "le", "eq"):  # bool: mask h, for a float output

@@ -64,28 +64,23 @@ STRUCTURE_CASES = [
     ("missing_file", nothing, "file not found; expected a PEtab SciML HDF5 array file", None),
     ("directory", directory, "is a folder, not a regular file", None),
     ("not_hdf5", text_file, r"not an HDF5 file \(no HDF5 signature\)", None),
-    ("no_metadata", h5(GOOD_PARAMS), "missing metadata/pytorch_format; expected a uint8 "
-     "scalar 1", "metadata/pytorch_format"),
+    ("no_metadata", h5(GOOD_PARAMS), "missing metadata/pytorch_format; expected a boolean "
+     "scalar", "metadata/pytorch_format"),
     ("metadata_without_flag", h5({**GOOD_PARAMS, "metadata/other": 1}),
      "missing metadata/pytorch_format", "metadata/pytorch_format"),
-    ("flag_false", h5({"metadata/pytorch_format": np.uint8(0), **GOOD_PARAMS}),
-     r"is 0 \(false\), expected 1: only PyTorch-format files are supported",
-     "metadata/pytorch_format"),
-    ("flag_two", h5({"metadata/pytorch_format": np.uint8(2)}), "is 2, expected 1",
+    ("flag_two", h5({"metadata/pytorch_format": np.uint8(2)}), "is 2, expected a boolean",
      "metadata/pytorch_format"),
     ("flag_string", h5({"metadata/pytorch_format": "true"}),
-     "must be an integer \\(uint8\\) scalar 1, got dtype object", "metadata/pytorch_format"),
+     r"must be a boolean \(or integer 0/1\) scalar, got dtype object",
+     "metadata/pytorch_format"),
     ("flag_array", h5({"metadata/pytorch_format": np.ones(2, np.uint8)}),
-     r"scalar 1, got dtype uint8 and shape \(2,\)", "metadata/pytorch_format"),
+     r"scalar, got dtype uint8 and shape \(2,\)", "metadata/pytorch_format"),
     ("flag_is_group", h5({}, groups=("metadata/pytorch_format",)),
      "expected a dataset, found a group", "metadata/pytorch_format"),
     ("legacy_perm_column", h5({"metadata/perm": "column"}),
      "is 'column'; only row-major files", "metadata/perm"),
     ("metadata_is_dataset", h5({"metadata": np.uint8(1)}), "expected a group, found a dataset",
      "metadata"),
-    ("unknown_top_level", h5({**FLAG, "params/net0/layer1/weight": W}),
-     "unknown top-level group 'params'; expected only metadata, parameters, inputs, outputs",
-     "params"),
     ("parameters_is_dataset", h5({**FLAG, "parameters": W}), "expected a group, found a "
      "dataset", "parameters"),
     ("array_one_level_too_high", h5({**FLAG, "parameters/net0/layer1": W}),
@@ -114,6 +109,8 @@ STRUCTURE_CASES = [
     ("bad_input_key", h5({**FLAG, "inputs/input0/cond 1": B}),
      "invalid key 'cond 1'; expected '0' \\(all conditions\\), 'data', or condition ids",
      "inputs/input0/cond 1"),
+    ("global_and_condition_keys", h5({**FLAG, "inputs/input0/0": B, "inputs/input0/c1": B}),
+     "holds both a global dataset '0' \\(all conditions\\) and 'c1'", "inputs/input0/c1"),
     ("condition_twice", h5({**FLAG, "inputs/input0/c1;c2": B, "inputs/input0/c2": B}),
      "condition 'c2' appears under two keys \\('c1;c2' and 'c2'\\)", "inputs/input0/c2"),
     ("bad_input_id", h5({**FLAG, "inputs/in-put/0": B}),
@@ -140,6 +137,25 @@ def test_truncated_hdf5(tmp_path):
     with pytest.raises(ArrayFileError, match="cannot read HDF5 file") as info:
         read_array_file(path)
     _assert_location(info.value, path, None)
+
+
+@pytest.mark.parametrize("flag", [np.uint8(0), np.bool_(False)])
+def test_pytorch_format_false_is_read(tmp_path, flag):
+    """The schema's pytorch_format is a boolean; false is allowed (spec, array data)."""
+    path = tmp_path / "arrays.hdf5"
+    h5({"metadata/pytorch_format": flag, **GOOD_PARAMS})(path)
+    content = read_array_file(path)
+    assert content.pytorch_format is False
+    assert set(content.parameters["net0"]["layer1"]) == {"weight", "bias"}
+
+
+def test_extra_top_level_group_is_ignored(tmp_path):
+    """The schema allows other top-level properties: they are listed, not read."""
+    path = tmp_path / "arrays.hdf5"
+    h5({**FLAG, **GOOD_PARAMS, "params/net0/layer1/weight": W})(path)
+    content = read_array_file(path)
+    assert content.ignored_groups == ("params",)
+    assert content.pytorch_format is True and "net0" in content.parameters
 
 
 def test_flag_not_required(tmp_path):

@@ -52,7 +52,7 @@ def test_older_draft_is_named_in_the_first_line(name):
     first = report.issues[0]
     assert first.code == "LEGACY_LAYOUT" and first.file == "problem.yaml"
     for construct in ("`problems:` list", "`parameter_file`", "`simulationConditionId` in "
-                      "measurements.tsv", "petab-sciml upgrade"):
+                      "measurements.tsv", "no extension `version`", "petab-sciml upgrade"):
         assert construct in first.message
     assert [i.code for i in report.issues].count("LEGACY_LAYOUT") == 1
     result = CliRunner().invoke(main, ["validate", str(problem), "--no-libpetab"])
@@ -82,6 +82,8 @@ def test_upgrade_lists_what_it_changed(upgraded):
         assert "moved the single entry of `problems:` to the top level" in text
         assert "`parameter_file` became `parameter_files`" in text
         assert "measurements.tsv: simulationConditionId became experimentId" in text
+        assert "extensions.sciml.version '0.1.0' added" in text
+        assert "extensions.sciml.required: true added" in text
     assert "one column per target (prey, predator) became" in changes["getting_started"]
     assert "dropped the conditionName column" in changes["getting_started"]
     assert "neural_nets became neural_networks" in changes["how_to_observable"]
@@ -98,6 +100,8 @@ def test_upgraded_files(upgraded):
     assert "problems" not in config and "parameter_file" not in config
     assert config["parameter_files"] == ["parameters.tsv"]
     assert config["experiment_files"] == ["experiments.tsv"]
+    assert (config["extensions"]["sciml"]["version"],
+            config["extensions"]["sciml"]["required"]) == ("0.1.0", True)
     net = config["extensions"]["sciml"]["neural_networks"]["net3"]
     assert net == {"location": "net3.yaml", "pre_initialization": True, "format": "YAML"}
     assert _rows(new / "experiments.tsv") == [

@@ -46,7 +46,7 @@ def test_suite_has_problems():
 @pytest.mark.parametrize("problem", _problems(), ids=lambda p: f"{p.parents[2].name}/"
                          f"{p.parents[1].name}")
 def test_suite_problem_validates(problem):
-    report = validate_problem(problem, libpetab=True)
+    report = validate_problem(problem)
     assert report.issues.errors == [], "\n".join(map(str, report.issues))
     assert report.issues.warnings == [], "\n".join(map(str, report.issues))
 

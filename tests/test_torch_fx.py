@@ -162,13 +162,14 @@ def test_nested_paths_free_parameters_and_concrete_args():
     module = _Nested()
     network = network_from_module(module, "net", concrete_args={"flag": True})
     assert network.inputs == ("x",)
-    assert list(network.layers) == ["block_0", "block_2"]
+    assert list(network.layers) == ["block_0", "block_1", "block_2"]
+    assert network.layers["block_1"].type == "ReLU"  # activation modules are layers
     assert network.layers["block_2"].args["bias"] is True  # BatchNorm bias = affine
     assert set(network.free_parameters) == {"params.scale", "params.shift"}
     assert network.free_parameters["params.shift"].trainable is False
     assert network.n_outputs == 2
-    relu = network.node_map["relu"]
-    assert (relu.op, relu.target) == ("call_function", "relu")  # nn.ReLU traced through
+    relu = network.node_map["block_1"]
+    assert (relu.op, relu.target) == ("call_module", "block_1")
     params = parameters_from_module(module, network)
     assert set(params) == {"block_0", "block_2", "params"}
     assert set(params["block_2"]) == {"weight", "bias", "running_mean", "running_var",
@@ -236,12 +237,13 @@ def test_unsupported_layer_class():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb = nn.Sequential(nn.Linear(3, 3), nn.GRU(3, 2))
+            self.emb = nn.Sequential(nn.Linear(3, 3), nn.RMSNorm(3))
 
         def forward(self, x):
             return self.emb(x)
 
-    with pytest.raises(NetworkError, match=r"submodule 'emb\.1'.*GRU .*not a supported layer"):
+    with pytest.raises(NetworkError,
+                       match=r"submodule 'emb\.1'.*RMSNorm .*not a supported layer"):
         network_from_module(M(), "net")
 
 

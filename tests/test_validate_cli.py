@@ -22,7 +22,7 @@ CASE = "sciml_problem_import/023"
 @requires_suite
 def test_valid_problem_exit_0(tmp_path):
     problem = copy_case(SUITE, CASE, tmp_path / "p")
-    result = CliRunner().invoke(validate, [str(problem), "--no-libpetab"])
+    result = CliRunner().invoke(validate, [str(problem)])
     assert result.exit_code == 0, result.output
     assert "valid (0 error(s), 0 warning(s))" in result.output
 
@@ -33,7 +33,7 @@ def test_invalid_problem_exit_1_and_json(tmp_path):
     apply(problem.parent, [{"set_cell": {"file": "mapping.tsv", "row": 6,
                                          "column": "modelEntityId",
                                          "value": "net1.parameters[layer7]"}}])
-    result = CliRunner().invoke(validate, [str(problem), "--json", "--no-libpetab"])
+    result = CliRunner().invoke(validate, [str(problem), "--json"])
     assert result.exit_code == 1
     data = json.loads(result.output)
     assert data["valid"] is False and data["errors"] >= 1
@@ -41,7 +41,7 @@ def test_invalid_problem_exit_1_and_json(tmp_path):
     assert issue == {"severity": "error", "code": "MAPPING_UNKNOWN_LAYER",
                      "message": issue["message"], "file": "mapping.tsv", "row": 6,
                      "column": "modelEntityId", "path": None}
-    text = CliRunner().invoke(validate, [str(problem), "--no-libpetab"]).output
+    text = CliRunner().invoke(validate, [str(problem)]).output
     assert re.search(r"error\s+MAPPING_UNKNOWN_LAYER mapping.tsv, row 6, column "
                      r"modelEntityId: ", text)
 

@@ -19,6 +19,7 @@ pytest.importorskip("sympy")
 from petab_sciml.cli import main  # noqa: E402
 from petab_sciml.expressions import ExpressionError  # noqa: E402
 from petab_sciml.problem import load_problem, validate_problem  # noqa: E402
+from petab_sciml.problem.loader import ProblemError  # noqa: E402
 from petab_sciml.problem.upgrade import upgrade_problem  # noqa: E402
 from petab_sciml.sbml import SbmlError, UnsupportedSbmlError  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
@@ -86,9 +87,19 @@ def test_unsupported_sbml_construct(neural_ode):
 
 
 def test_empty_observable_formula(neural_ode):
+    """Found by the formula checks (issue 16) before the plan is built, at its cell; loading
+    refuses it with the same issue."""
     observables = neural_ode.parent / "observables.tsv"
     observables.write_text(observables.read_text().replace("prey_o\tprey\t", "prey_o\t\t"))
-    _assert_validate_and_load_agree(neural_ode, "FORMULA_INVALID", "empty expression")
+    report = validate_problem(neural_ode, libpetab=False)
+    (issue,) = report.issues.errors
+    assert (issue.code, issue.file, issue.row, issue.column) == (
+        "EXPRESSION_INVALID", "observables.tsv", 2, "observableFormula"), str(issue)
+    assert "observableFormula is empty" in issue.message
+    assert CliRunner().invoke(main, ["validate", str(neural_ode)]).exit_code == 1
+    with pytest.raises(ProblemError) as info:
+        load_problem(neural_ode, backend="torch")
+    assert issue.message in str(info.value)
 
 
 def test_a_valid_problem_has_its_plan_built_once_more_at_load(neural_ode):

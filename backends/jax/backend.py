@@ -175,6 +175,12 @@ class JaxBackend:
 
         return problem_model(problem, params, **options)
 
+    def train_starts(self, task: Any, hooks: Any = None) -> list[Any]:
+        """Train a fit task's starts (:mod:`petab_sciml.fit`; ``fit.py`` here)."""
+        from .fit import train_starts
+
+        return train_starts(task, hooks)
+
     def parameters_of(self, model: Any) -> dict[str, Any]:
         """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
         from .problem import parameters

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from petab_sciml.catalogue import implicit_softmax_dim
+from petab_sciml.catalogue import POOL_FUNCTIONS, implicit_softmax_dim
 
 from . import ops
 
@@ -187,8 +187,82 @@ def _mul(input, other, **_):
 
 
 @_impl("div")
-def _div(input, other, **_):
+def _div(input, other, rounding_mode=None, **_):
+    if rounding_mode == "floor":
+        return jnp.floor_divide(input, other) if _integral(input, other) \
+            else jnp.floor(input / other)
+    if rounding_mode == "trunc":
+        return jnp.trunc(input / other)
     return input / other
+
+
+def _integral(*values) -> bool:
+    return all(jnp.issubdtype(jnp.result_type(v), jnp.integer) for v in values)
+
+
+@_impl("chunk")
+def _chunk(input, chunks, dim=0, **_):
+    """torch.chunk: pieces of ceil(size / chunks) along ``dim``."""
+    size = input.shape[dim]
+    step = -(-size // chunks)
+    starts = list(range(0, size, step))
+    if len(starts) != chunks:
+        raise ValueError(f"chunk: a size of {size} does not split into {chunks} pieces")
+    return tuple(jax.lax.slice_in_dim(input, s, min(s + step, size), axis=dim)
+                 for s in starts)
+
+
+@_impl("unflatten")
+def _unflatten(input, dim, sizes, **_):
+    dim = dim % input.ndim
+    sizes = list(_dims(sizes))
+    if -1 in sizes:
+        known = int(np.prod([s for s in sizes if s != -1]))
+        sizes[sizes.index(-1)] = input.shape[dim] // known
+    return jnp.reshape(input, input.shape[:dim] + tuple(sizes) + input.shape[dim + 1:])
+
+
+@_impl("reshape_as")
+def _reshape_as(input, other, **_):
+    return jnp.reshape(input, other.shape)
+
+
+@_impl("floor")
+def _floor(input, **_):
+    return jnp.floor(input)
+
+
+@_impl("ceil")
+def _ceil(input, **_):
+    return jnp.ceil(input)
+
+
+@_impl("round")
+def _round(input, decimals=0, **_):
+    if decimals == 0:
+        return jnp.round(input)  # half to even, as PyTorch
+    scale = 10.0 ** decimals
+    return jnp.round(input * scale) / scale
+
+
+@_impl("trunc")
+def _trunc(input, **_):
+    return jnp.trunc(input)
+
+
+@_impl("cumsum")
+def _cumsum(input, dim, **_):
+    return jnp.cumsum(input, axis=dim)
+
+
+@_impl("floor_divide")
+def _floor_divide(input, other, **_):
+    return _div(input, other, "floor")
+
+
+@_impl("remainder")
+def _remainder(input, other, **_):
+    return input - other * _div(input, other, "floor")
 
 
 @_impl("neg")
@@ -477,3 +551,20 @@ def _pad(input, pad, mode, value, **_):
         if lo or hi:
             x = jnp.take(x, jnp.asarray(_pad_indices(x.shape[axis], lo, hi, mode)), axis=axis)
     return x
+
+
+# --------------------------------------------------------------------------- functional pools
+def _layer_function(name: str):
+    """A functional pool (``F.max_pool2d``...) runs the layer of the same maths."""
+    layer_type = POOL_FUNCTIONS[name]
+
+    def apply(input, **config):
+        from .layers import make_layer
+
+        return make_layer(layer_type, config, {}).apply(input)
+
+    return apply
+
+
+for _name in POOL_FUNCTIONS:
+    FUNCTIONS[_name] = _layer_function(_name)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from petab_sciml.catalogue import LAYERS, as_tuple
+from petab_sciml.catalogue import LAYERS, RECURRENT_GATES, as_tuple
 
 from . import ops
 
@@ -49,6 +49,10 @@ class LayerModule(eqx.Module):
     def arrays(self) -> dict[str, Array]:
         """The arrays this layer has (PyTorch ``state_dict`` names)."""
         return {n: getattr(self, n) for n in self.array_names if getattr(self, n) is not None}
+
+    def array(self, name: str) -> Array:
+        """One array by its PyTorch name."""
+        return getattr(self, name)
 
     def with_arrays(self, arrays: Mapping[str, Array]) -> LayerModule:
         """A copy with the given arrays replaced (a trace-time operation under jit)."""
@@ -369,6 +373,178 @@ class PReLU(LayerModule):
         return jnp.where(x > 0, x, slope * x)
 
 
+class LocalResponseNorm(LayerModule):
+    """``torch.nn.LocalResponseNorm``: ``x / (k + alpha * mean of x**2 over the channel
+    window [c - size//2, c + (size-1)//2])**beta``, zero-padded at the ends (PyTorch's
+    window; ONNX's LRN centres even windows one channel later)."""
+
+    size: int = _static()
+    alpha: float = _static()
+    beta: float = _static()
+    k: float = _static()
+
+    def apply(self, x: Array) -> Array:
+        if x.ndim < 3:
+            raise ValueError(f"Expected 3D or higher dimensionality input (got {x.ndim} "
+                             "dimensions)")
+        sq = jnp.square(x)
+        pads = [(0, 0)] * x.ndim
+        pads[1] = (self.size // 2, (self.size - 1) // 2)
+        sq = jnp.pad(sq, pads)
+        channels = x.shape[1]
+        total = sq[:, :channels]
+        for j in range(1, self.size):
+            total = total + sq[:, j:j + channels]
+        return x / jnp.power(total * (self.alpha / self.size) + self.k, self.beta)
+
+
+class FunctionLayer(LayerModule):
+    """An activation module (``nn.ReLU``, ``nn.LeakyReLU(0.2)``...): the catalogue
+    function it applies, with the layer's arguments."""
+
+    function: str = _static()
+    kwargs: tuple[tuple[str, Any], ...] = _static()
+
+    def apply(self, x: Array) -> Array:
+        from .functions import FUNCTIONS
+
+        return FUNCTIONS[self.function](input=x, **dict(self.kwargs))
+
+
+# --------------------------------------------------------------------------- recurrent
+class Recurrent(LayerModule):
+    """``torch.nn.RNN``, ``LSTM`` and ``GRU``: PyTorch's gate order and equations, arrays
+    by PyTorch name (``weight_ih_l0``, ``bias_hh_l1_reverse``...), inputs ``(L, N, H_in)``
+    (``(N, L, H_in)`` with ``batch_first``, ``(L, H_in)`` unbatched), optional initial
+    state; returns ``(output, h_n)`` (LSTM: ``(output, (h_n, c_n))``).  Dropout between
+    layers in training mode (fresh masks, as PyTorch draws them)."""
+
+    params: dict[str, Array | None]
+    mode: str = _static()  # "RNN", "LSTM", "GRU"
+    nonlinearity: str = _static()
+    hidden_size: int = _static()
+    proj_size: int = _static()
+    num_layers: int = _static()
+    bidirectional: bool = _static()
+    batch_first: bool = _static()
+    dropout: float = _static()
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return self.dropout > 0 and self.num_layers > 1
+
+    def arrays(self) -> dict[str, Array]:
+        return {n: a for n, a in self.params.items() if a is not None}
+
+    def array(self, name: str) -> Array:
+        return self.params[name]
+
+    def with_arrays(self, arrays: Mapping[str, Array]) -> LayerModule:
+        if not arrays:
+            return self
+        return dataclasses.replace(self, params={**self.params, **arrays})
+
+    def _cell(self, k: int, sfx: str):
+        p = self.params
+        w_hh = p[f"weight_hh_l{k}{sfx}"]
+        b_hh = p.get(f"bias_hh_l{k}{sfx}")
+        w_hr = p.get(f"weight_hr_l{k}{sfx}")
+
+        def hidden_part(h):
+            g = h @ w_hh.T
+            return g if b_hh is None else g + b_hh
+
+        if self.mode == "LSTM":
+            def step(carry, xw):
+                h, c = carry
+                i, f, g, o = jnp.split(xw + hidden_part(h), 4, axis=-1)
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(c)
+                if w_hr is not None:
+                    h = h @ w_hr.T
+                return (h, c), h
+        elif self.mode == "GRU":
+            def step(h, xw):
+                xr, xz, xn = jnp.split(xw, 3, axis=-1)
+                hr, hz, hn = jnp.split(hidden_part(h), 3, axis=-1)
+                r = jax.nn.sigmoid(xr + hr)
+                z = jax.nn.sigmoid(xz + hz)
+                n = jnp.tanh(xn + r * hn)
+                h = (1 - z) * n + z * h
+                return h, h
+        else:
+            act = jnp.tanh if self.nonlinearity == "tanh" else jax.nn.relu
+
+            def step(h, xw):
+                h = act(xw + hidden_part(h))
+                return h, h
+        return step
+
+    def forward(self, x: Array, hx: Any = None, train: bool = False,
+                key: Array | None = None):
+        what = self.mode
+        ops.check_rank(x, (2, 3), what)
+        unbatched = x.ndim == 2
+        if unbatched:
+            x = x[:, None]
+            if hx is not None:
+                hx = tuple(h[:, None] for h in hx) if self.mode == "LSTM" else hx[:, None]
+        elif self.batch_first:
+            x = jnp.swapaxes(x, 0, 1)
+        n_dir = 2 if self.bidirectional else 1
+        out_size = self.proj_size or self.hidden_size
+        batch = x.shape[1]
+        if hx is None:
+            h0 = jnp.zeros((self.num_layers * n_dir, batch, out_size), x.dtype)
+            c0 = jnp.zeros((self.num_layers * n_dir, batch, self.hidden_size), x.dtype)
+        elif self.mode == "LSTM":
+            h0, c0 = hx
+        else:
+            h0, c0 = hx, None
+        expected = (self.num_layers * n_dir, batch, out_size)
+        if tuple(h0.shape) != expected:
+            raise ValueError(f"{what}: expected hidden size {expected}, got {tuple(h0.shape)}")
+        layer_input = x
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            outs = []
+            for d in range(n_dir):
+                sfx = "_reverse" if d else ""
+                w_ih = self.params[f"weight_ih_l{k}{sfx}"]
+                b_ih = self.params.get(f"bias_ih_l{k}{sfx}")
+                seq = layer_input if d == 0 else jnp.flip(layer_input, 0)
+                xw = seq @ w_ih.T
+                if b_ih is not None:
+                    xw = xw + b_ih
+                index = k * n_dir + d
+                init = (h0[index], c0[index]) if self.mode == "LSTM" else h0[index]
+                carry, ys = jax.lax.scan(self._cell(k, sfx), init, xw)
+                outs.append(ys if d == 0 else jnp.flip(ys, 0))
+                if self.mode == "LSTM":
+                    h_n.append(carry[0])
+                    c_n.append(carry[1])
+                else:
+                    h_n.append(carry)
+            layer_input = outs[0] if n_dir == 1 else jnp.concatenate(outs, axis=-1)
+            if train and self.dropout > 0 and k < self.num_layers - 1:
+                if key is None:
+                    raise ValueError("dropout in training mode needs a PRNG key")
+                keep = 1.0 - self.dropout
+                mask = jax.random.bernoulli(jax.random.fold_in(key, k), keep,
+                                            layer_input.shape).astype(x.dtype)
+                layer_input = layer_input * mask / keep if keep > 0 else layer_input * 0
+        output = layer_input
+        hn = jnp.stack(h_n)
+        cn = jnp.stack(c_n) if self.mode == "LSTM" else None
+        if unbatched:
+            output, hn = output[:, 0], hn[:, 0]
+            cn = None if cn is None else cn[:, 0]
+        elif self.batch_first:
+            output = jnp.swapaxes(output, 0, 1)
+        result = (output, (hn, cn)) if self.mode == "LSTM" else (output, hn)
+        return result, {}
+
+
 # --------------------------------------------------------------------------- factory
 def _family(layer_type: str) -> tuple[str, int | None]:
     """``("Conv", 2)`` for ``Conv2d``; ``(type, None)`` for types without a dimension."""
@@ -442,6 +618,21 @@ def make_layer(layer_type: str, cfg: Mapping[str, Any], arrays: Mapping[str, Arr
                          eps=float(cfg["eps"]))
     if family == "PReLU":
         return PReLU(weight=arrays.get("weight"))
+    if family == "LocalResponseNorm":
+        return LocalResponseNorm(size=cfg["size"], alpha=float(cfg["alpha"]),
+                                 beta=float(cfg["beta"]), k=float(cfg["k"]))
+    if family in RECURRENT_GATES:
+        names = [a.name for a in LAYERS[layer_type].array_specs(cfg) if a.present(cfg)]
+        return Recurrent(params={n: arrays.get(n) for n in names}, mode=family,
+                         nonlinearity=cfg.get("nonlinearity", "tanh"),
+                         hidden_size=cfg["hidden_size"], proj_size=cfg.get("proj_size", 0),
+                         num_layers=cfg["num_layers"], bidirectional=cfg["bidirectional"],
+                         batch_first=cfg["batch_first"], dropout=float(cfg["dropout"]))
+    function = LAYERS[layer_type].function
+    if function is not None:
+        ignored = {a.name for a in LAYERS[layer_type].args if a.ignored}
+        return FunctionLayer(function=function, kwargs=tuple(
+            (k, v) for k, v in cfg.items() if k not in ignored))
     raise NotImplementedError(f"the JAX backend has no implementation of layer type "
                               f"{layer_type!r}")
 
@@ -465,6 +656,10 @@ def init_arrays(layer_type: str, shapes: Mapping[str, tuple[tuple[int, ...], str
     """
     family, _ = _family(layer_type)
     out: dict[str, Array] = {}
+    if family in RECURRENT_GATES:  # every array U(-1/sqrt(hidden), 1/sqrt(hidden))
+        bound = 1.0 / math.sqrt((config or {})["hidden_size"])
+        return {name: jnp.asarray(rng.uniform(-bound, bound, shape).astype(dtype))
+                for name, (shape, _) in shapes.items()}
     if family == "PReLU":
         default = next(a.default for a in LAYERS["PReLU"].args if a.name == "init")
         init = (config or {}).get("init", default)

@@ -105,7 +105,7 @@ class JaxModel(eqx.Module):
 
     def _get(self, group: str, name: str) -> Array:
         if group in self.layers:
-            return getattr(self.layers[group], name)
+            return self.layers[group].array(name)
         return self.free[group][name]
 
     def _select(self, trainable: bool) -> Nested:
@@ -164,7 +164,7 @@ class JaxModel(eqx.Module):
                 n_placeholder += 1
             elif op == "call_module":
                 layer = model.layers[node.target]
-                xs = [env[r.name] for r in node.bound["inputs"]]
+                xs = [_resolve(r, env) for r in node.bound["inputs"]]
                 sub = None
                 if train and layer.stochastic:
                     if key is None:

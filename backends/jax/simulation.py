@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,28 @@ def compiler_options(n_parameters: int, sensitivity: str) -> dict[str, Any]:
     """XLA options of the objective of a problem with ``n_parameters`` parameters whose
     gradient comes from (resolved) ``sensitivity``."""
     if n_parameters >= LARGE_NETWORK_PARAMETERS and sensitivity != "forward":
-        return dict(LARGE_COMPILER_OPTIONS)
-    return dict(COMPILER_OPTIONS)
+        return supported_compiler_options(LARGE_COMPILER_OPTIONS)
+    return supported_compiler_options(COMPILER_OPTIONS)
+
+
+@functools.cache
+def _option_supported(name: str, value: Any) -> bool:
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        jax.jit(lambda x: x + 1, compiler_options={name: value})(jnp.zeros(1))
+    except Exception:  # noqa: BLE001 - XLA raises JaxRuntimeError for an unknown option
+        return False
+    return True
+
+
+def supported_compiler_options(options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``options`` (default :data:`COMPILER_OPTIONS`) less those this XLA does not know
+    (newer jaxlib releases, e.g. 0.12 on Python 3.12, dropped some: such an option is
+    left out, not an error)."""
+    options = COMPILER_OPTIONS if options is None else options
+    return {name: value for name, value in options.items() if _option_supported(name, value)}
 
 
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
@@ -435,7 +456,7 @@ class JaxExecutor:
         ok = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
         value = -(llh + logprior)
         value = jnp.where(ok, value, jnp.inf)
-        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
+        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
     # ------------------------------------------------------------------ ODE solves

@@ -36,6 +36,13 @@ class TorchBackend:
 
         return TorchProblem(problem, params, **options)
 
+    def train_starts(self, task: Any, hooks: Any = None) -> list[Any]:
+        """Train a fit task's starts (:mod:`petab_sciml.fit`; ``fit.py`` here)."""
+        require("torch", "torch")
+        from petab_sciml.backends.torch.fit import train_starts
+
+        return train_starts(task, hooks)
+
     def parameters_of(self, model: Any) -> dict[str, Any]:
         """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
         return model.values()

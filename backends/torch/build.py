@@ -86,8 +86,9 @@ def build_module(network: Network, *, dtype: str = "float32", seed: int = 0
         if node.op == "placeholder":
             env[name] = graph.placeholder(_identifier(node.name))
         elif node.op == "call_module":
-            env[name] = graph.call_module(node.target,
-                                          tuple(env[r.name] for r in node.bound["inputs"]))
+            env[name] = graph.call_module(node.target, tuple(
+                tuple(env[r.name] for r in x) if isinstance(x, tuple) else env[x.name]
+                for x in node.bound["inputs"]))
         elif node.op in ("call_function", "call_method"):
             env[name] = _call_function(graph, node.function, node.bound, env)
         elif node.op == "get_attr":

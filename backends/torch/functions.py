@@ -25,8 +25,22 @@ def sub(input: Any, other: Any, alpha: float = 1) -> Any:
     return input - other if alpha == 1 else input - alpha * other
 
 
-def div(input: Any, other: Any, rounding_mode: None = None) -> Any:
-    return input / other
+def div(input: Any, other: Any, rounding_mode: str | None = None) -> Any:
+    if rounding_mode is None:
+        return input / other
+    if not isinstance(input, torch.Tensor) and not isinstance(other, torch.Tensor):
+        input = torch.as_tensor(input)
+    return torch.div(input, other, rounding_mode=rounding_mode)
+
+
+def floor_divide(input: Any, other: Any) -> Any:
+    return div(input, other, "floor")
+
+
+def remainder(input: Any, other: Any) -> Any:
+    if not isinstance(input, torch.Tensor):
+        return torch.remainder(torch.as_tensor(input, dtype=other.dtype), other)
+    return torch.remainder(input, other)
 
 
 def softmax(input: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -40,6 +54,22 @@ def log_softmax(input: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 def reshape(input: torch.Tensor, shape: Any) -> torch.Tensor:
     return torch.reshape(input, tuple(shape) if isinstance(shape, list) else (shape,)
                          if isinstance(shape, int) else shape)
+
+
+def unflatten(input: torch.Tensor, dim: int, sizes: Any) -> torch.Tensor:
+    return torch.unflatten(input, dim, tuple(sizes) if isinstance(sizes, list) else sizes)
+
+
+def chunk(input: torch.Tensor, chunks: int, dim: int = 0) -> tuple[torch.Tensor, ...]:
+    pieces = torch.chunk(input, chunks, dim)
+    if len(pieces) != chunks:
+        raise ValueError(f"chunk: a size of {input.shape[dim]} does not split into {chunks} "
+                         "pieces")
+    return pieces
+
+
+def reshape_as(input: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return input.reshape(other.shape)
 
 
 def permute(input: torch.Tensor, dims: Any) -> torch.Tensor:
@@ -144,4 +174,11 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "gt": operator.gt, "lt": operator.lt, "ge": operator.ge, "le": operator.le,
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,
+    "floor_divide": floor_divide, "remainder": remainder, "cumsum": torch.cumsum,
+    "reshape_as": reshape_as, "unflatten": unflatten, "chunk": chunk,
+    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
+    "local_response_norm": F.local_response_norm,
+    **{f"{kind}{n}d": getattr(F, f"{kind}{n}d") for n in (1, 2, 3)
+       for kind in ("max_pool", "avg_pool", "lp_pool", "adaptive_avg_pool",
+                    "adaptive_max_pool")},
 }

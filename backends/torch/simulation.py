@@ -578,7 +578,7 @@ class TorchExecutor:
             logprior = logprior + torch.sum(log_prior_at(torch, w[d[f"prior_{i}"]], prior,
                                                          scale))
         value = torch.where(ok, -(llh + logprior), w.new_tensor(float("inf")))
-        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
+        return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
     # ------------------------------------------------------------------ ODE solves

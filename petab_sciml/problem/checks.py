@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass, field
 
 from petab_sciml.problem.context import ProblemContext
-from petab_sciml.problem.expressions import free_symbols
+from petab_sciml.problem.expressions import CONSTANTS, free_symbols
 from petab_sciml.problem.parameters import ParameterTables
+from petab_sciml.problem.shape_checks import check_network_shapes
 from petab_sciml.problem.tables import ID_RE, parse_float
 
 ARRAY = "array"
@@ -29,10 +30,12 @@ class Symbols:
     nn_parameters: set[str]
     observables: set[str] = field(default_factory=set)
     conditions: set[str] = field(default_factory=set)
+    aliases: set[str] = field(default_factory=set)
+    """PEtab ids of the mapping table (aliases of model or network entities)."""
 
     def known(self) -> set[str]:
         return (self.model | self.parameters | set(self.nn_inputs) | set(self.nn_outputs)
-                | self.observables | TIME)
+                | self.observables | self.aliases | TIME | CONSTANTS)
 
 
 def build_symbols(ctx: ProblemContext, params: ParameterTables) -> Symbols:
@@ -52,6 +55,7 @@ def build_symbols(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     )
     sym.observables = {row["observableId"] for _, row in ctx.rows("observable")}
     sym.conditions = {row["conditionId"] for _, row in ctx.rows("condition")}
+    sym.aliases = {pid for pid, m in ctx.mapping.items() if m.valid}
     return sym
 
 
@@ -67,6 +71,7 @@ def run_checks(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     check_expressions(ctx)
     check_measurements(ctx)
     check_network_ids(ctx, sym, hyb, cond_targets)
+    check_network_shapes(ctx)
     return sym
 
 
@@ -235,6 +240,11 @@ def check_conditions(ctx: ProblemContext, sym: Symbols, hyb: Hybridization,
             ctx.issues.add("TABLE_ID_INVALID", f"conditionId {cid!r} is not a valid PEtab id",
                            file=f, row=line, column="conditionId")
         targets.setdefault(tid, (f, line))
+        if tid in hyb.targets and tid not in sym.nn_inputs:
+            ctx.issues.add("HYB_CONDITION_CONFLICT", f"{tid!r} is assigned both here and in "
+                           f"the hybridization table ({hyb.targets[tid][1]} line "
+                           f"{hyb.targets[tid][2]}), which assigns it for all experiments",
+                           file=f, row=line, column="targetId")
         if tid in sym.nn_parameters:
             ctx.issues.add("NN_PARAMETER_REFERENCED_OUTSIDE", f"network parameter id {tid!r} "
                            "may only be used in the parameter table", file=f, row=line,

@@ -18,6 +18,9 @@ from petab_sciml.problem.legacy import LegacyConstruct, current_view, yaml_const
 from petab_sciml.problem.tables import ID_RE
 
 EXTENSION_KEYS = ("sciml", "petab_sciml")
+EXTENSION_VERSION = "0.1.0"
+"""The version of the PEtab SciML extension this package implements (the official test
+suite's problems state it)."""
 SPEC_FORMATS = ("yaml", "onnx", "nnef", "torchscript", "pytorch", "equinox", "lux.jl")
 """Format names a problem may use; those without an installed plugin cannot be checked."""
 
@@ -184,6 +187,11 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
         for net_id, entry in nets.items():
             cfg.networks[str(net_id)] = _network_entry(
                 str(net_id), entry, f"{base}.{nets_key}.{net_id}", issues, file)
+    version = ext.get("version")
+    if not has_extension_version(ext):
+        issues.add("EXT_VERSION_MISSING", f"the extension's version is required (PEtab v2 "
+                   f"extensions state the version they follow, e.g. version: "
+                   f"{EXTENSION_VERSION}), got {version!r}", file=file, path=f"{base}.version")
     if "hybridization_files" not in ext:
         issues.add("EXT_HYBRIDIZATION_FILES_MISSING", "hybridization_files is required",
                    file=file, path=f"{base}.hybridization_files")
@@ -225,3 +233,11 @@ def _network_entry(net_id: str, entry: Any, where: str, issues: IssueList,
                    f"{pre!r}", file=file, path=f"{where}.{key}")
         pre = None
     return NetworkEntry(net_id, location, fmt, pre, where)
+
+
+def has_extension_version(ext: dict[str, Any]) -> bool:
+    """Whether the extension section states its ``version`` (a non-empty string or
+    number)."""
+    version = ext.get("version")
+    return isinstance(version, (str, int, float)) and not isinstance(version, bool) \
+        and bool(str(version).strip())

@@ -50,6 +50,8 @@ class ArraySources:
     """``input_id`` -> array file name."""
     parameter_files: dict[str, str] = field(default_factory=dict)
     """``net`` -> array file name (first file holding it)."""
+    pytorch_format: dict[str, bool] = field(default_factory=dict)
+    """Array file name -> its ``metadata/pytorch_format``."""
 
 
 @dataclass
@@ -292,8 +294,15 @@ def _read_arrays(ctx: ProblemContext) -> None:
 
     cfg = ctx.config
     src = ctx.arrays
+    seen_files: dict[Path, str] = {}
     for name in cfg.array_files:
         target = cfg.resolve(name)
+        if target.resolve() in seen_files:
+            ctx.issues.add("ARRAY_FILE_REPEATED", f"array file {name!r} is listed more than "
+                           f"once (as {seen_files[target.resolve()]!r} before); read once",
+                           file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
+            continue
+        seen_files[target.resolve()] = name
         if not target.exists():
             ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
@@ -311,6 +320,16 @@ def _read_arrays(ctx: ProblemContext) -> None:
             ctx.issues.add("ARRAY_FILE_INVALID", f"cannot read array file: "
                            f"{type(exc).__name__}: {exc}", file=name)
             continue
+        for group in data.ignored_groups:
+            ctx.issues.add("ARRAY_GROUP_IGNORED", f"top-level entry {group!r} is not part of "
+                           "the PEtab SciML layout (metadata, inputs, parameters); ignored",
+                           file=name, path=group)
+        if not data.pytorch_format:
+            ctx.issues.add("ARRAY_NOT_PYTORCH_FORMAT", "pytorch_format is false: the arrays follow "
+                           "the conventions of each network's format, which for every format "
+                           "this tool reads is PyTorch's layout; they are used as stored",
+                           file=name, path="metadata/pytorch_format")
+        src.pytorch_format[name] = data.pytorch_format
         for net_id, layers in data.parameters.items():
             if net_id not in cfg.networks:
                 ctx.issues.add("ARRAY_PARAMETERS_UNKNOWN_NETWORK", f"parameters for network "
@@ -326,8 +345,10 @@ def _read_arrays(ctx: ProblemContext) -> None:
                         check_parameters(network, {layer_id: arrays}, file=name,
                                          net_id=net_id, strict=False)
                     except ArrayFileError as exc:
-                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc), file=name,
-                                       path=exc.entry)
+                        hint = "" if data.pytorch_format else " (pytorch_format is false, " \
+                            "but the network's format stores arrays in PyTorch's layout)"
+                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc) + hint,
+                                       file=name, path=exc.entry)
                         continue
                 for array_id, lazy in arrays.items():
                     if array_id in merged.get(layer_id, {}):
@@ -376,6 +397,11 @@ def _read_mapping(ctx: ProblemContext) -> None:
             ctx.mapping[pid] = Mapped(pid, mid, None, row, table, valid=False)
             continue
         mapped = Mapped(pid, mid, ref, row, table)
+        if ref is None and pid != mid.strip() and ID_RE.match(mid.strip()):
+            ctx.issues.add("MAPPING_ALIAS_OF_VALID_ID", f"{pid!r} aliases {mid.strip()!r}, "
+                           "which is already a valid PEtab id; PEtab v2 maps only entities "
+                           f"without one: use {mid.strip()!r} directly", file=table.file,
+                           row=row.line, column="modelEntityId")
         if ref is not None and ref.net in ctx.networks:
             try:
                 mapped.ref = check_entity(ref, ctx.networks[ref.net])

@@ -50,8 +50,8 @@ _RULE_LIST = [
     Rule("LEGACY_LAYOUT", _E, "petab", "The problem is in the current format, not an older "
          "draft (a `problems:` list, `parameter_file`, `simulationConditionId` or "
          "`preequilibrationConditionId` in measurements, a condition table with one column "
-         "per target). Reported once, before every other issue; `petab-sciml upgrade` "
-         "rewrites such a problem."),
+         "per target; a missing extension `version` is named with these). Reported once, "
+         "before every other issue; `petab-sciml upgrade` rewrites such a problem."),
     Rule("FILE_NOT_REGULAR", _E, "tool", "Every file the problem names (and the problem YAML "
          "itself) is a regular file: not a folder (except NNEF model folders), device, FIFO "
          "or socket."),
@@ -64,6 +64,8 @@ _RULE_LIST = [
          "`neural_networks` mapping (`neural_nets` is accepted as an older spelling)."),
     Rule("EXT_HYBRIDIZATION_FILES_MISSING", _E, "sciml", "The extension lists its "
          "`hybridization_files`."),
+    Rule("EXT_VERSION_MISSING", _E, "petab", "The extension section states the extension's "
+         "`version` (a string; PEtab v2 requires it of every extension)."),
     Rule("EXT_LEGACY_SPELLING", _I, "tool", "An older spelling (`neural_nets`, `static`) was "
          "accepted."),
     Rule("NN_ID_INVALID", _E, "sciml", "Each network id is a valid identifier (letters, digits, "
@@ -90,21 +92,35 @@ _RULE_LIST = [
     Rule("ARRAY_FILE_INVALID", _E, "sciml", "Each array file is an HDF5 file with the PEtab "
          "SciML layout (`metadata`, `inputs/<inputId>/<conditions>`, "
          "`parameters/<netId>/<layerId>/<arrayId>`)."),
+    Rule("ARRAY_FILE_REPEATED", _W, "tool", "An array file listed twice in `array_files` is "
+         "read once."),
+    Rule("ARRAY_GROUP_IGNORED", _I, "tool", "Top-level entries other than `metadata`, "
+         "`inputs`, `parameters` (and the test suite's `outputs`) are allowed by the schema "
+         "and ignored."),
     Rule("ARRAY_EXTERNAL_DATA", _E, "tool", "Array files hold their own data: no external "
          "links, datasets with external raw storage or virtual datasets (each reads other "
          "files)."),
-    Rule("ARRAY_PYTORCH_FORMAT", _E, "sciml", "`metadata/pytorch_format` is present and true "
-         "(only PyTorch-layout files are supported)."),
+    Rule("ARRAY_PYTORCH_FORMAT", _E, "sciml", "`metadata/pytorch_format` is present and a "
+         "boolean scalar."),
+    Rule("ARRAY_NOT_PYTORCH_FORMAT", _I, "tool", "`pytorch_format` false: the arrays follow "
+         "the conventions of the network's format (specification, array data); for every "
+         "format this tool reads those are PyTorch's, so the arrays are used as stored and "
+         "their shapes checked as usual."),
     Rule("ARRAY_PARAMETERS_MISMATCH", _E, "sciml", "Parameter arrays in array files name "
          "existing layers and arrays of the network and have exactly its (PyTorch) shapes."),
-    Rule("ARRAY_PARAMETERS_UNKNOWN_NETWORK", _W, "tool", "Parameter groups in array files "
-         "belong to networks of the problem."),
+    Rule("ARRAY_PARAMETERS_UNKNOWN_NETWORK", _E, "sciml", "Parameter groups "
+         "`parameters/<netId>` in array files name networks of the problem."),
     Rule("ARRAY_DUPLICATE", _E, "sciml", "No parameter array or input is given by two array "
          "files."),
     Rule("ARRAY_INPUT_UNKNOWN", _W, "tool", "Every input id in an array file is a network input "
          "of the problem (a mapped input id or an input name of a network)."),
     Rule("ARRAY_INPUT_CONDITIONS_INCOMPLETE", _E, "sciml", "A condition-specific array input "
          "has a dataset for every initial condition (the first condition of each experiment)."),
+    Rule("ARRAY_INPUT_GLOBAL_AND_CONDITIONS", _E, "sciml", "An array input has either one "
+         "global dataset `0` or condition-specific datasets, not both."),
+    Rule("ARRAY_INPUT_SHAPE_MISMATCH", _E, "sciml", "An array input has a shape the network "
+         "input it feeds accepts (checked by shape inference through the network; skipped, "
+         "with an info, for layers without a shape rule)."),
     # ---------------------------------------------------------------- tables (generic)
     Rule("TABLE_UNREADABLE", _E, "petab", "Each table is a readable tab-separated file with a "
          "header."),
@@ -130,6 +146,17 @@ _RULE_LIST = [
          "number of network inputs."),
     Rule("MAPPING_OUTPUT_ARG_OUT_OF_RANGE", _E, "sciml", "An output argument index is below "
          "the number of network outputs."),
+    Rule("MAPPING_INPUT_INDEX_OUT_OF_RANGE", _E, "sciml", "Element indices on a network input "
+         "(`net.inputs[k][i, ...]`) lie within the shape the network accepts there."),
+    Rule("MAPPING_OUTPUT_INDEX_OUT_OF_RANGE", _E, "sciml", "Element indices on a network "
+         "output (`net.outputs[k][i, ...]`) lie within the output's shape (shape inference "
+         "from the inputs' shapes)."),
+    Rule("NN_SHAPES_UNCHECKED", _I, "tool", "The shapes of a network's inputs and outputs could "
+         "not be inferred (a layer or function without a shape rule, or no input shape "
+         "known), so element indices and array-input shapes are not checked for it."),
+    Rule("MAPPING_ALIAS_OF_VALID_ID", _E, "petab", "A mapping row for a model entity (not a "
+         "network entity) maps one whose id is not already a valid PEtab id: PEtab v2 does not "
+         "allow aliasing valid ids."),
     Rule("MAPPING_DUPLICATE_TARGET", _W, "tool", "No two PEtab ids map to the same network "
          "entity."),
     # ---------------------------------------------------------------- hybridization
@@ -151,8 +178,9 @@ _RULE_LIST = [
          "parameter ids are not used; a network output is not fed to another network output."),
     Rule("HYB_ARRAY_INPUT_MISSING", _E, "sciml", "An input assigned `array` has data in an "
          "array file."),
-    Rule("HYB_CONDITION_CONFLICT", _E, "sciml", "No target is assigned both in the "
-         "hybridization table and in the condition table (or an array file)."),
+    Rule("HYB_CONDITION_CONFLICT", _E, "sciml", "No target (network input, parameter or "
+         "species) is assigned both in the hybridization table and in the condition table "
+         "(or, for inputs, an array file)."),
     # ---------------------------------------------------------------- inputs/outputs
     Rule("NN_INPUT_UNASSIGNED", _E, "sciml", "Every mapped network input gets a value "
          "(hybridization table, condition table, parameter table or array file)."),
@@ -167,14 +195,21 @@ _RULE_LIST = [
     # ---------------------------------------------------------------- parameter table
     Rule("PARAM_ESTIMATE_INVALID", _E, "petab", "`estimate` is `true` or `false` (`1`/`0` "
          "accepted)."),
-    Rule("PARAM_BOUNDS_INVALID", _E, "petab", "Bounds are numbers with lower <= upper; "
-         "estimated non-network parameters have finite bounds; network parameters may use "
-         "`-inf`/`inf` or leave them empty."),
+    Rule("PARAM_BOUNDS_INVALID", _E, "petab", "Bounds are numbers (`-inf`/`inf` allowed) "
+         "with lower <= upper; estimated non-network parameters state both bounds; network "
+         "parameters may leave them empty (`-inf`/`inf`). Finite bounds are required only "
+         "where a prior needs them (`PARAM_PRIOR_IMPROPER`)."),
+    Rule("PARAM_ID_MODEL_ENTITY", _E, "petab", "A `parameterId` is not a model entity other "
+         "than a model parameter (no species, compartment, reaction, rule variable or "
+         "species reference)."),
+    Rule("PARAM_SCALE_INVALID", _E, "petab", "`parameterScale` is `lin`, `log` or `log10` (or "
+         "empty: `lin`); network parameters are `lin`; a parameter estimated on `log`/`log10` "
+         "scale has no negative bound."),
     Rule("PARAM_NOMINAL_INVALID", _E, "sciml", "A network parameter's `nominalValue` is "
          "`array`, a number, or empty; other parameters have numeric nominal values."),
     Rule("PARAM_NOMINAL_MISSING", _E, "sciml", "Non-estimated parameters have a nominal value."),
-    Rule("PARAM_NOMINAL_OUT_OF_BOUNDS", _E, "petab", "A numeric nominal value lies within its "
-         "bounds."),
+    Rule("PARAM_NOMINAL_OUT_OF_BOUNDS", _W, "tool", "A numeric nominal value of an estimated "
+         "parameter lies within its bounds (advice: PEtab v2 has no such rule)."),
     Rule("PARAM_ARRAY_NOT_NETWORK", _E, "sciml", "`nominalValue` `array` is used only on rows "
          "mapped to network parameters."),
     Rule("PARAM_ARRAY_VALUES_MISSING", _E, "sciml", "Network parameters whose nominal value is "
@@ -191,8 +226,7 @@ _RULE_LIST = [
     Rule("PARAM_PRIOR_INVALID", _E, "petab", "`priorDistribution` is a known distribution and "
          "`priorParameters` has the right number of numbers."),
     Rule("PARAM_PRIOR_IMPROPER", _E, "sciml", "When any parameter has a prior, estimated "
-         "network parameters without one (implicitly uniform on their bounds) have finite "
-         "bounds."),
+         "parameters without one (implicitly uniform on their bounds) have finite bounds."),
     Rule("PARAM_DROPOUT_INVALID", _E, "ext", "`dropout` is empty or a number p with "
          "0 <= p < 1, only on rows mapped to whole networks, layers or arrays."),
     # ---------------------------------------------------------------- PEtab v2 core
@@ -223,11 +257,11 @@ _RULE_LIST = [
          "condition and hybridization target values) follow the PEtab math grammar "
          "(operators, known functions with their numbers of arguments); `observableFormula` "
          "is not empty."),
-    Rule("OBSERVABLE_UNKNOWN_SYMBOL", _W, "petab", "Observable and noise formulas use known "
-         "symbols (model entities, parameters, network outputs, placeholders)."),
-    Rule("LIBPETAB", _W, "petab", "An issue reported by libpetab-python's PEtab v2 linter "
-         "(run on the tables without network rows, when libpetab is installed and the "
-         "problem has no other error)."),
+    Rule("OBSERVABLE_UNKNOWN_SYMBOL", _E, "petab", "Observable and noise formulas use only "
+         "defined symbols (model entities, parameters, network outputs, placeholders)."),
+    Rule("LIBPETAB", _W, "tool", "A finding of libpetab-python's PEtab v2 (+ SciML) linter, "
+         "shown beside ours with `--libpetab` on problems our checks accept; a second "
+         "opinion that never decides validity."),
     # ---------------------------------------------------------------- budgets
     Rule("LIMIT_FILE_SIZE", _E, "tool", "A table, SBML model or other file read whole is at "
          "most `max_file_bytes` (256 MiB)."),

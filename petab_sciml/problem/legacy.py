@@ -8,7 +8,9 @@ PEtab v2 that differ from the current format in a few places:
 * measurements name their condition in ``simulationConditionId`` (and
   ``preequilibrationConditionId``) instead of an experiment in ``experimentId``;
 * the condition table has one column per target (``conditionId, prey, predator``) instead
-  of ``conditionId, targetId, targetValue`` rows.
+  of ``conditionId, targetId, targetValue`` rows;
+* the extension states no ``version`` (named with the others when one of them is found;
+  on its own it is ``EXT_VERSION_MISSING``).
 
 The validator reports all of them as **one** ``LEGACY_LAYOUT`` error, listed before every
 other issue (the others often follow from it), and reads the YAML's file lists from their
@@ -93,6 +95,12 @@ def report_legacy(ctx: ProblemContext) -> None:
     if not found:
         return
     name = cfg.path.name
+    # The older drafts predate the extension's `version`: name its absence here, with the
+    # other constructs `upgrade` rewrites, instead of as an error of its own.
+    version = [i for i in ctx.issues if i.code == "EXT_VERSION_MISSING"]
+    for issue in version:
+        ctx.issues.remove(issue)
+        found.append(LegacyConstruct("no extension `version`", name, issue.path))
     ctx.issues.add(
         "LEGACY_LAYOUT",
         f"this problem is in an older draft of the PEtab SciML format "

@@ -1,60 +1,85 @@
-"""Optional: libpetab-python's PEtab v2 checks on the parts of the problem they cover.
+"""Optional second opinion: libpetab-python's PEtab v2 + SciML linter (``--libpetab``).
 
-libpetab (0.8.x) cannot read a SciML problem as a whole (``nominalValue`` ``array``, the
-extension, hybridization targets that are not in the parameter table).  When it is
-installed, its table models parse each table (network rows taken out of the parameter
-table) and every row it rejects is reported as a ``LIBPETAB`` warning with libpetab's
-message.  Our own checks cover the same PEtab rules with exact locations; this is a second
-opinion, never a reason to fail on its own.
+libpetab >= 0.10 (Python >= 3.12) reads PEtab SciML problems (``petab.v2.Problem``) and
+lints them with its v2 and SciML validation tasks.  Its findings are added as ``LIBPETAB``
+issues (warnings, tagged with libpetab's own level and task) beside ours: they never
+decide validity, and nothing libpetab raises escapes.  libpetab's SciML support imports
+names from ``petab_sciml``; in this environment they come from
+:mod:`petab_sciml.official_api`.
+
+It is off by default: libpetab's checks can take 100x longer than ours on big tables.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
+from pathlib import Path
 from typing import Any
 
-_MODELS = {
-    "observable": ("ObservableTable", "get_observable_df"),
-    "measurement": ("MeasurementTable", "get_measurement_df"),
-    "condition": ("ConditionTable", "get_condition_df"),
-    "experiment": ("ExperimentTable", "get_experiment_df"),
-    "mapping": ("MappingTable", "get_mapping_df"),
-    "parameter": ("ParameterTable", "get_parameter_df"),
-}
+MIN_VERSION = (0, 10)
+
+
+def libpetab_version() -> tuple[int, ...] | None:
+    """The installed libpetab version, or None when it is missing."""
+    from importlib import metadata
+
+    try:
+        text = metadata.version("petab")
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def libpetab_findings(path: str | Path) -> list[tuple[str, str, str | None]]:
+    """libpetab's findings on the problem at ``path``: ``(level, message, task)`` with
+    level ``info``, ``warning``, ``error`` or ``critical``.  A problem libpetab cannot read
+    is one ``critical`` finding.  Raises ``RuntimeError`` when libpetab >= 0.10 is not
+    installed."""
+    version = libpetab_version()
+    if version is None or version < MIN_VERSION:
+        found = "not installed" if version is None else ".".join(map(str, version))
+        raise RuntimeError(f"libpetab >= {'.'.join(map(str, MIN_VERSION))} is needed (found: "
+                           f"{found}); it requires Python >= 3.12")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import importlib
+
+            v2 = importlib.import_module("petab.v2")
+            problem = v2.Problem.from_yaml(str(path))
+            results = problem.validate()
+        except Exception as exc:  # libpetab raises anything on input it cannot read
+            return [("critical", f"cannot read the problem: {type(exc).__name__}: "
+                     f"{_one_line(str(exc))}", None)]
+    return [(r.level.name.lower(), _one_line(r.message), getattr(r, "task", None))
+            for r in results]
 
 
 def lint_with_libpetab(report: Any) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _lint(report)
-
-
-def _lint(report: Any) -> None:
+    """Add libpetab's findings to ``report.issues`` as ``LIBPETAB`` warnings."""
+    issues = report.context.issues if report.context is not None else report.issues
+    start = time.perf_counter()
     try:
-        import petab.v2 as v2  # noqa: F401
-    except Exception:
+        findings = libpetab_findings(report.path)
+    except RuntimeError as exc:
+        issues.add("LIBPETAB", f"no second opinion: {exc}", severity=_info())
         return
-    ctx = report.context
-    nn_ids = set(ctx.refs("parameters"))
-    for kind, (model_name, reader) in _MODELS.items():
-        for table in ctx.tables.get(kind, []):
-            _lint_table(report, v2, kind, model_name, reader, table, nn_ids)
+    for level, message, task in findings:
+        where = f" ({task})" if task else ""
+        issues.add("LIBPETAB", f"[libpetab {level}{where}] {message}",
+                   file=Path(report.path).name)
+    seconds = time.perf_counter() - start
+    issues.add("LIBPETAB", f"libpetab {'.'.join(map(str, libpetab_version()))} reported "
+               f"{len(findings)} finding(s) in {seconds:.1f} s", severity=_info())
 
 
-def _lint_table(report, v2, kind, model_name, reader, table, nn_ids) -> None:
-    if table.file in report.context.huge_formulas:
-        return  # our checks reported it; sympy inside libpetab could take hours on it
-    try:
-        df = getattr(v2, reader)(str(table.path))
-        if kind == "parameter" and "parameterId" in df.columns:
-            df = df[~df["parameterId"].isin(nn_ids)]
-        elif kind == "parameter":
-            df = df[~df.index.isin(nn_ids)]
-        if kind == "mapping":
-            return  # network modelEntityIds are outside libpetab's grammar
-        getattr(v2, model_name).from_df(df)
-    except Exception as exc:  # libpetab raises pydantic/pandas/value errors
-        message = str(exc).strip().splitlines()
-        text = "; ".join(m.strip() for m in message[:3] if m.strip())
-        report.context.issues.add("LIBPETAB", f"libpetab cannot parse the table: "
-                                  f"{type(exc).__name__}: {text}", file=table.file)
+def _info() -> Any:
+    from petab_sciml.problem.issues import Severity
+
+    return Severity.INFO
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return "; ".join(lines[:6]) + (" ..." if len(lines) > 6 else "")

@@ -140,9 +140,14 @@ class Problem:
         return self.config.networks[net_id].hybridization
 
 
-def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "float64",
+def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str = "float64",
                  trust_code: bool = False, seed: int = 0, simulation: bool = True) -> Problem:
-    """Validate and load the problem at ``path`` (its YAML file).
+    """Validate and load the problem at ``path`` (its YAML file), or a
+    ``petab.v2.Problem`` read by libpetab-python (>= 0.10).
+
+    A libpetab problem is written to a temporary folder first (its tables as they are in
+    memory, the hybridization tables too; network and array files copied from the
+    folder it was read from), which lives as long as the returned problem.
 
     Networks are built in ``backend`` (``"torch"`` or ``"jax"``) with ``dtype``; their
     parameters are set from the resolved parameter table (elements the problem leaves
@@ -160,6 +165,9 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
     """
     from petab_sciml.plugins import get_backend
 
+    folder = None
+    if not isinstance(path, (str, Path)):
+        folder, path = _write_libpetab_problem(path)
     report = validate_problem(path, trust_code=trust_code, read_values=True)
     if report.plan_error is not None:
         # the checks that building the simulation plan makes: the only error (they run on
@@ -196,11 +204,50 @@ def load_problem(path: str | Path, backend: str = "torch", *, dtype: str = "floa
     problem = Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks),
                       models, resolved, report.parameters.plain, report.issues)
     resolved.problem = problem
+    if folder is not None:
+        import shutil
+        import weakref
+
+        weakref.finalize(problem, shutil.rmtree, folder, True)
     if simulation and ctx.config.model_files:
         from petab_sciml.simulation import build_plan
 
         problem.plan = build_plan(problem)
     return problem
+
+
+def _write_libpetab_problem(problem: Any) -> tuple[str, Path]:
+    """Write a ``petab.v2.Problem`` to a new temporary folder; return (folder, YAML)."""
+    import shutil
+    import tempfile
+
+    config = getattr(problem, "config", None)
+    if not hasattr(problem, "to_files") or config is None:
+        raise TypeError(f"load_problem takes a path to a problem YAML file or a "
+                        f"petab.v2.Problem, got {type(problem).__name__}")
+    folder = tempfile.mkdtemp(prefix="petab_sciml_")
+    try:
+        out = Path(folder)
+        problem.to_files(out)
+        sciml = getattr(getattr(problem, "extensions", None), "sciml", None)
+        ext = (config.extensions or {}).get("sciml")
+        for table, name in zip(getattr(sciml, "hybridization_tables", []) or [],
+                               getattr(ext, "hybridization_files", []) or []):
+            table.to_tsv(out / str(name))
+        source = Path(str(config.base_path)) if config.base_path is not None else None
+        names = [str(n) for n in getattr(ext, "array_files", []) or []]
+        names += [str(n.location) for n in (getattr(ext, "neural_networks", None) or {})
+                  .values()]
+        names += [str(n) for n in getattr(ext, "hybridization_files", []) or []]
+        for name in names:
+            if not (out / name).exists() and source is not None and (source / name).exists():
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / name, out / name)
+        yaml_name = Path(str(config.filepath)).name if config.filepath else "problem.yaml"
+        return folder, out / yaml_name
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _fill_defaults(resolved: ResolvedNetwork, defaults: dict) -> dict:

@@ -67,6 +67,11 @@ def read_parameters(ctx: ProblemContext) -> ParameterTables:
                        f"{pid}.parameters to a parameter id in the mapping table", file=f,
                        row=row.line, column="parameterId")
             continue
+        if ctx.model is not None and pid in ctx.model.entities \
+                and pid not in ctx.model.parameters:
+            issues.add("PARAM_ID_MODEL_ENTITY", f"{pid!r} is a {_entity_kind(ctx, pid)} of "
+                       "the model; PEtab v2 parameter tables hold parameters only (model "
+                       "parameters or new ids)", file=f, row=row.line, column="parameterId")
         if pid in out.all_ids:
             issues.add("TABLE_DUPLICATE_ID", f"parameterId {pid!r} appears twice (first on "
                        f"line {out.all_ids[pid][1].line})", file=f, row=row.line,
@@ -93,6 +98,15 @@ def read_parameters(ctx: ProblemContext) -> ParameterTables:
             out.plain[pid] = _plain_row(pid, row, table, estimate, prior, ctx)
     _check_improper(out, ctx)
     return out
+
+
+def _entity_kind(ctx: ProblemContext, pid: str) -> str:
+    model = ctx.model
+    for kind, ids in (("species", model.species), ("compartment", model.compartments),
+                      ("reaction", model.reactions)):
+        if pid in ids:
+            return kind
+    return "non-parameter entity (rule variable, species reference, function, event)"
 
 
 def _bound(row: Row, column: str, default: float, table: Table, ctx: ProblemContext,
@@ -158,7 +172,7 @@ def _network_row(pid, ref, row, table, estimate, prior, ctx) -> ParameterRow | N
     if lower > upper:
         issues.add("PARAM_BOUNDS_INVALID", f"lowerBound {lower:g} > upperBound {upper:g}",
                    file=f, row=row.line, column="lowerBound")
-    elif isinstance(nominal, float) and not lower <= nominal <= upper:
+    elif isinstance(nominal, float) and estimate and not lower <= nominal <= upper:
         issues.add("PARAM_NOMINAL_OUT_OF_BOUNDS", f"nominalValue {nominal:g} outside "
                    f"[{lower:g}, {upper:g}]", file=f, row=row.line, column="nominalValue")
     dropout = _dropout(row, table, ctx, ref)
@@ -220,12 +234,10 @@ def _plain_row(pid, row, table, estimate, prior, ctx) -> PlainParameter:
     upper = _bound(row, "upperBound", math.inf, table, ctx, False)
     if estimate:
         for column, value in (("lowerBound", lower), ("upperBound", upper)):
-            if value is None or not math.isfinite(value):
-                if row[column] and value is None:
-                    continue  # already reported as not a number
+            if value is None and not row[column]:
                 issues.add("PARAM_BOUNDS_INVALID", f"estimated parameter {pid!r} needs a "
-                           f"finite {column} (only network parameters may be unbounded)",
-                           file=f, row=row.line, column=column)
+                           f"{column} (a number; -inf/inf allowed)", file=f, row=row.line,
+                           column=column)
     if lower is not None and upper is not None:
         if lower > upper:
             issues.add("PARAM_BOUNDS_INVALID", f"lowerBound {lower:g} > upperBound {upper:g}",
@@ -249,6 +261,15 @@ def _plain_row(pid, row, table, estimate, prior, ctx) -> PlainParameter:
 def _check_improper(out: ParameterTables, ctx: ProblemContext) -> None:
     if not out.any_prior:
         return
+    for p in out.plain.values():
+        if p.estimate and p.prior is None and not (
+                p.lower is not None and p.upper is not None
+                and math.isfinite(p.lower) and math.isfinite(p.upper)):
+            table, _ = out.all_ids[p.id]
+            ctx.issues.add("PARAM_PRIOR_IMPROPER", f"{p.id!r} is estimated without a prior "
+                           "while other parameters have priors, so its implicit prior is "
+                           "uniform(lowerBound, upperBound), which needs finite bounds",
+                           file=table.file, row=p.line, column="priorDistribution")
     for rows in out.network_rows.values():
         for r in rows:
             if r.estimate and r.prior is None and not (math.isfinite(r.lower)

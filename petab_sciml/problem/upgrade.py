@@ -5,7 +5,9 @@ folder, changing only what the older draft (see :mod:`petab_sciml.problem.legacy
 differently, and returns one line per change:
 
 * the single entry of ``problems:`` moves to the top level; ``parameter_file`` becomes
-  ``parameter_files``; ``format_version: 2`` becomes ``2.0.0``;
+  ``parameter_files``; ``format_version: 2`` becomes ``2.0.0``; a missing extension
+  ``version`` is added (the current one, :data:`~petab_sciml.problem.config.EXTENSION_VERSION`),
+  and a missing ``required`` as ``true``;
 * ``neural_nets`` becomes ``neural_networks`` and ``static`` ``pre_initialization``;
 * measurements' ``simulationConditionId`` (and ``preequilibrationConditionId``) become an
   ``experimentId`` and a new experiment table: one experiment per distinct pair, a
@@ -33,6 +35,7 @@ from typing import Any
 import yaml
 
 from petab_sciml.errors import PetabSciMLError
+from petab_sciml.problem.config import EXTENSION_VERSION, has_extension_version
 from petab_sciml.problem.entities import EntityError, parse_entity
 from petab_sciml.problem.legacy import (
     CONDITION_NAME_COLUMNS,
@@ -215,6 +218,16 @@ class _Upgrade:
             self.fail("no SciML extension (extensions.sciml) to upgrade")
         ext = dict(extensions[key])
         top["extensions"] = {**extensions, key: ext}
+        if not has_extension_version(ext):
+            ext["version"] = EXTENSION_VERSION
+            self.changes.append(f"extensions.{key}.version {EXTENSION_VERSION!r} added (the "
+                                "current format requires it)")
+        if not isinstance(ext.get("required"), bool):
+            # PEtab v2 asks every extension whether it is needed to interpret the problem;
+            # a SciML problem cannot be read without its networks.
+            ext["required"] = True
+            self.changes.append(f"extensions.{key}.required: true added (PEtab v2 requires "
+                                "it of every extension)")
         if "neural_networks" not in ext and "neural_nets" not in ext:
             if any(isinstance(v, dict) and "file" in v for v in ext.values()):
                 self.fail(f"extensions.{key} lists networks with `file:` and `hybridization:` "

@@ -60,9 +60,10 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
 
     With ``read_values`` the network parameter values are read and resolved too (what the
     loader needs); plain validation only reads the array files' structure.  With
-    ``libpetab`` and libpetab-python installed, its PEtab v2 linter also runs on the
-    tables without network rows, once our own checks found no error (it is a second
-    opinion; its import alone takes 1.5 s).
+    ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too, once
+    our own checks (the simulation plan included) found no error, and its findings are
+    added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
+    import alone takes 1.5 s, its checks can take 100x longer than ours).
     """
     path = Path(path)
     issues = IssueList()
@@ -77,10 +78,10 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
     if ctx.config is None:
         return report
     for step, fn in (("parameter table", _parameters), ("network parameters", _resolve),
-                     ("tables", _cross), ("libpetab", _libpetab if libpetab else None),
-                     ("simulation plan", _simulation)):
-        if fn is None or (fn is _libpetab and issues.errors):
-            continue   # the second opinion runs on problems our own checks accept
+                     ("tables", _cross), ("simulation plan", _simulation),
+                     ("libpetab", _libpetab if libpetab else None)):
+        if fn is None:
+            continue
         try:
             fn(report, read_values)
         except Exception as exc:
@@ -119,9 +120,22 @@ def _cross(report: ValidationReport, read_values: bool) -> None:
 
 
 def _libpetab(report: ValidationReport, read_values: bool) -> None:
+    """The second opinion, on problems our own checks accept (on others it would only
+    repeat what we found, at a far higher cost) and whose formulas libpetab's sympy can
+    handle (constants too large for exact arithmetic could take it hours)."""
     from petab_sciml.problem.libpetab_lint import lint_with_libpetab
 
-    lint_with_libpetab(report)
+    ctx = report.context
+    if report.issues.errors:
+        reason = "our own checks found errors (it runs on problems they accept)"
+    elif ctx.huge_formulas:
+        reason = (f"{', '.join(sorted(ctx.huge_formulas))} hold(s) constants too large for "
+                  f"exact arithmetic, on which libpetab's sympy could take hours")
+    else:
+        lint_with_libpetab(report)
+        return
+    report.issues.add("LIBPETAB", f"libpetab's second opinion was not run: {reason}",
+                      severity=Severity.INFO)
 
 
 def _simulation(report: ValidationReport, read_values: bool) -> None:

@@ -38,6 +38,8 @@ class Evaluation:
     grad: dict[str, Any] | None = None
     """Gradient of :attr:`value` (same structure as the parameters), if requested."""
     grad_flat: np.ndarray | None = field(default=None, repr=False)
+    sigma: np.ndarray | None = field(default=None, repr=False)
+    """Noise parameter (standard deviation or scale) per measurement, table order."""
     """Gradient with respect to the free parameters (``plan.free_index`` order)."""
 
     @property
@@ -113,6 +115,8 @@ class Simulator:
                         float(_np(out["logprior"])), np.asarray(_np(out["simulations"]),
                                                                 np.float64),
                         bool(_np(out["ok"])))
+        if "sigma" in out:
+            ev.sigma = np.asarray(_np(out["sigma"]), np.float64)
         if g is not None:
             g = np.asarray(_np(g), np.float64)
             full = np.zeros(self.plan.n_w)

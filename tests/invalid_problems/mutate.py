@@ -19,6 +19,11 @@ def load_mutations() -> list[dict[str, Any]]:
     return yaml.safe_load((HERE / "mutations.yaml").read_text())
 
 
+def load_twins() -> list[dict[str, Any]]:
+    """The passing twins (``valid_twins.yaml``): mutations that must stay valid."""
+    return yaml.safe_load((HERE / "valid_twins.yaml").read_text())
+
+
 def copy_case(suite: Path, base: str, dest: Path) -> Path:
     """Copy ``<suite>/test_cases/<base>/petab`` to ``dest`` (writable); return the YAML."""
     src = suite / "test_cases" / base / "petab"

@@ -1,0 +1,84 @@
+"""``petab-sciml fit`` (registered in :mod:`petab_sciml.cli`): multi-start training."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from petab_sciml.fit.task import OPTIMIZERS
+
+
+@click.command("fit")
+@click.argument("problem", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--backend", type=click.Choice(["jax", "torch"]), default="jax",
+              show_default=True, help="Framework that trains: optax (jax) or torch.optim.")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
+@click.option("--lr", type=float, default=1e-2, show_default=True, help="Learning rate.")
+@click.option("--steps", type=int, default=1000, show_default=True,
+              help="Optimizer steps per start.")
+@click.option("--starts", type=int, default=4, show_default=True,
+              help="Number of starts (K > 1 runs on Dask: --scheduler, else a LocalCluster).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the start points (start k draws from seed and k only).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output folder: results.h5, best/ (a PEtab problem), plots/, checkpoints.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="A running Dask scheduler, e.g. tcp://host:8786.")
+@click.option("--in-process", is_flag=True, help="Run every start in this process (no Dask).")
+@click.option("--workers", type=int, help="Workers of the embedded LocalCluster.")
+@click.option("--batch", type=int, help="Starts per task (JAX: per vmapped computation; "
+              "default all of them in JAX, one in PyTorch).")
+@click.option("--resume", is_flag=True, help="Continue the fit in --out from its checkpoints.")
+@click.option("--force", is_flag=True, help="Replace a previous fit in --out.")
+@click.option("--checkpoint-every", type=int, default=50, show_default=True)
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--trust-code", is_flag=True, help="Load networks whose format runs code.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result summary as JSON.")
+def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, starts: int,
+        seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
+        batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
+        trust_code: bool, as_json: bool) -> None:
+    """Train PROBLEM from several starts and write the best one as a PEtab problem.
+
+    Ctrl-C stops every start at its next step, writes checkpoints and exits; rerun with
+    --resume to continue (the result equals an uninterrupted run with the same seed).
+    """
+    from rich.console import Console
+
+    from petab_sciml.errors import PetabSciMLError
+    from petab_sciml.fit import fit as run_fit
+    from petab_sciml.fit import print_summary
+
+    err = Console(stderr=True)
+    try:
+        result = run_fit(problem, backend=backend, optimizer=optimizer, lr=lr, steps=steps,
+                         starts=starts, seed=seed, out=out, scheduler=scheduler,
+                         in_process=in_process, n_workers=workers, batch=batch, resume=resume,
+                         force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
+                         trust_code=trust_code, progress=not as_json, console=err)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: checkpoints are in {out / 'checkpoints'}; continue "
+                  f"with the same command and --resume[/yellow]")
+        sys.exit(130)
+    except PetabSciMLError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+    from petab_sciml.problem import load_problem
+
+    if as_json:
+        click.echo(json.dumps({
+            "best": result.best.start, "objectives": result.objectives.tolist(),
+            "files": {k: str(v) for k, v in result.files.items()},
+            "seconds": result.settings.get("seconds")}, indent=2))
+        return
+    problem_obj = load_problem(problem, backend=backend, trust_code=trust_code)
+    print_summary(result, problem_obj, Console())
+    click.echo(f"best start {result.best.start}: objective {result.best.value:.6g}")
+    click.echo(f"results:  {result.files['results']}")
+    click.echo(f"best:     {result.files['best']}")
+    for name, path in result.files.items():
+        if name not in ("results", "best"):
+            click.echo(f"plot:     {path}")

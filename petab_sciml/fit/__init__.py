@@ -1,0 +1,220 @@
+"""Multi-start training of a PEtab SciML problem: ``fit`` and ``petab-sciml fit``.
+
+    result = fit("problem.yaml", backend="jax", starts=4, steps=1000, lr=1e-2, out="fit/")
+    result.best.value, result.best.w, result.files["waterfall"]
+
+Starts (:mod:`.starts`) are trained by the backend's optimizer on its native model
+(optax in JAX, torch.optim in PyTorch).  In JAX a task's starts are one vmapped, jitted
+computation; in PyTorch each start is a task.  Tasks run in this process (one start, or
+``in_process=True``) or on Dask distributed (:mod:`.engine`).  Into ``out`` go
+``results.h5`` (:mod:`.results`), the best start as a complete PEtab SciML problem
+(``best/``), PNG plots (:mod:`.plots`), ``fit.json`` (the settings) and the checkpoints
+that ``resume=True`` continues from.  See ``docs/fit.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from petab_sciml.errors import PetabSciMLError
+from petab_sciml.fit.results import FitResult, summary_table
+from petab_sciml.fit.task import OPTIMIZERS, FitTask
+
+__all__ = ["FitError", "FitResult", "fit"]
+
+
+class FitError(PetabSciMLError):
+    """A fit cannot start (bad settings, an output folder in the way, nothing to resume)."""
+
+
+SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options")
+"""Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
+
+
+def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
+        lr: float = 1e-2, steps: int = 1000, starts: int = 4, seed: int = 0,
+        out: str | os.PathLike | None = None, client: Any = None,
+        scheduler: str | None = None, in_process: bool = False, batch: int | None = None,
+        n_workers: int | None = None, resume: bool = False, force: bool = False,
+        checkpoint_every: int = 50, plots: bool = True, progress: bool = True,
+        trust_code: bool = False, console: Any = None, **options: Any) -> FitResult:
+    """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
+    steps each and return the :class:`FitResult`.
+
+    ``backend``: ``jax`` (default: the loaded problem's, else jax) or ``torch``;
+    ``optimizer``: one of :data:`~petab_sciml.fit.task.OPTIMIZERS`, learning rate ``lr``;
+    ``batch``: starts per task (JAX: per vmapped computation; default all of them);
+    ``client`` / ``scheduler`` / ``n_workers``: where tasks run (see :mod:`.engine`);
+    ``out``: the output folder (refused if it holds another fit, unless ``force``);
+    ``resume``: continue the fit in ``out`` from its checkpoints, with the same settings;
+    ``options``: the backend's simulation options.
+    """
+    from petab_sciml.problem import load_problem
+
+    if optimizer not in OPTIMIZERS:
+        raise FitError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
+    if starts < 1 or steps < 0 or not lr > 0:
+        raise FitError("starts must be >= 1, steps >= 0 and lr > 0")
+    path = Path(getattr(problem, "path", problem))
+    if isinstance(problem, (str, os.PathLike)):
+        backend = backend or "jax"
+        problem = load_problem(path, backend=backend, trust_code=trust_code)
+    backend = backend or problem.backend_name
+    if backend != problem.backend_name:
+        problem = load_problem(path, backend=backend, trust_code=trust_code)
+    plan = problem.plan
+    batch = batch or (starts if backend == "jax" else 1)
+    settings = {"problem": str(path.resolve()), "backend": backend, "optimizer": optimizer,
+                "lr": lr, "steps": steps, "seed": seed, "starts": starts, "batch": batch,
+                "options": json.dumps(options, sort_keys=True)}
+    out = Path(out) if out is not None else None
+    checkpoints = _prepare_out(out, settings, resume, force)
+
+    from petab_sciml.fit.starts import sample_start
+
+    vectors = [sample_start(problem, seed, k) for k in range(starts)]
+    run_id = uuid.uuid4().hex[:12]
+    tasks = [FitTask(str(path), backend, list(range(a, min(a + batch, starts))),
+                     vectors[a: a + batch], seed, optimizer, lr, steps, dict(options),
+                     str(checkpoints) if checkpoints else None, checkpoint_every, resume,
+                     trust_code, run_id)
+             for a in range(0, starts, batch)]
+
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    display = _Progress(starts, steps, console, enabled=progress)
+    local = in_process or starts == 1
+    t0 = time.perf_counter()
+    with display:
+        if local:
+            from petab_sciml.fit.engine import run_in_process
+
+            results = run_in_process(tasks, display.update)
+        else:
+            from petab_sciml.fit.engine import connect, run_on_dask
+
+            dask_client, cluster = connect(client, scheduler, n_workers)
+            try:
+                results = run_on_dask(tasks, dask_client, display.update)
+            finally:
+                if cluster is not None:
+                    dask_client.close()
+                    cluster.close()
+    settings["seconds"] = time.perf_counter() - t0
+    result = FitResult(sorted(results, key=lambda r: r.start), settings, plan.mech_ids, out)
+    if out is not None:
+        _write_outputs(problem, result, out, plots)
+    return result
+
+
+def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) -> Path | None:
+    if out is None:
+        if resume:
+            raise FitError("resume needs the output folder of the interrupted fit")
+        return None
+    record = out / "fit.json"
+    if resume:
+        if not record.is_file():
+            raise FitError(f"nothing to resume: {record} does not exist", file=record)
+        saved = json.loads(record.read_text())
+        diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
+        if diff:
+            raise FitError("resume with the settings of the interrupted fit; these differ: "
+                           + ", ".join(f"{k} ({saved.get(k)!r} there, {settings[k]!r} now)"
+                                       for k in diff), file=record)
+    elif out.exists() and any(out.iterdir()) and not force:
+        raise FitError(f"{out} is not empty; pass --force (force=True) to replace its fit, "
+                       "or --resume to continue it", file=out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        import shutil
+
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    from petab_sciml.safe_write import write_text
+
+    write_text(record, json.dumps(settings, indent=2) + "\n", overwrite=True)
+    return out / "checkpoints"
+
+
+def _write_outputs(problem: Any, result: FitResult, out: Path, plots: bool) -> None:
+    from petab_sciml.fit import plots as figures
+
+    plan = problem.plan
+    result.files["results"] = result.save(out / "results.h5")
+    best = result.best
+    values = plan.unpack(best.w)
+    result.files["best"] = problem.save(values, out / "best", force=True)
+    if plots:
+        import matplotlib.pyplot as plt
+
+        plot_dir = out / "plots"
+        for name, draw in (("waterfall", figures.waterfall), ("loss", figures.loss_curves)):
+            path = plot_dir / f"{name}.png"
+            plt.close(draw(result, path))
+            result.files[name] = path
+        evaluation = problem.simulator(**({"cache": False} if problem.backend_name == "jax"
+                                          else {})).evaluate(best.w, grad=False)
+        for name, fig in figures.fits(plan, evaluation, plot_dir).items():
+            result.files[name] = plot_dir / f"{name}.png"
+            plt.close(fig)
+
+
+class _Progress:
+    """A rich table of every start's loss, steps per second and time left."""
+
+    def __init__(self, starts: int, steps: int, console: Any, enabled: bool = True):
+        self.steps, self.console, self.enabled = steps, console, enabled and steps > 0
+        self.state = {k: {"step": 0, "loss": math.nan, "t0": None, "t": None, "s0": 0}
+                      for k in range(starts)}
+        self.live = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.live import Live
+
+            self.live = Live(self._table(), console=self.console, refresh_per_second=4,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.update(self._table())
+            self.live.__exit__(*exc)
+
+    def update(self, starts: list[int], step: int, losses: np.ndarray) -> None:
+        now = time.perf_counter()
+        for k, loss in zip(starts, np.asarray(losses).reshape(-1)):
+            s = self.state[k]
+            if s["t0"] is None:
+                s["t0"], s["s0"] = now, step
+            s.update(step=step, loss=float(loss), t=now)
+        if self.live is not None:
+            self.live.update(self._table())
+
+    def _table(self):
+        from rich.table import Table
+
+        table = Table(title="petab-sciml fit")
+        for name in ("start", "step", "loss", "steps/s", "time left"):
+            table.add_column(name, justify="right")
+        for k, s in self.state.items():
+            rate = left = ""
+            if s["t0"] is not None and s["t"] > s["t0"] and s["step"] > s["s0"]:
+                r = (s["step"] - s["s0"]) / (s["t"] - s["t0"])
+                rate, left = f"{r:.1f}", f"{(self.steps - s['step']) / r:.0f} s"
+            table.add_row(str(k), f"{s['step']}/{self.steps}", f"{s['loss']:.6g}", rate, left)
+        return table
+
+
+def print_summary(result: FitResult, problem: Any, console: Any = None) -> None:
+    summary_table(result, problem.plan, console)

@@ -1,0 +1,103 @@
+"""What a worker runs: a fit task (plain, picklable data) and the hooks it reports to.
+
+A task trains some starts of a fit from their start vectors (or their checkpoints) for
+a number of steps.  The backends' runners (``Backend.train_starts``, in
+``backends/<name>/fit.py``) take a task and :class:`Hooks` and return one
+:class:`StartResult` per start.  Tasks run in the calling process or in Dask workers;
+nothing in them depends on where.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "adagrad")
+"""Optimizer names; the same hyperparameters (PyTorch's defaults) in optax and torch.optim."""
+
+
+@dataclass
+class FitTask:
+    problem: str
+    """Path of the problem YAML."""
+    backend: str
+    starts: list[int]
+    w0: list[np.ndarray]
+    """Start vectors (linear ``w``, ``plan.pack`` layout), one per start."""
+    seed: int
+    optimizer: str = "adam"
+    lr: float = 1e-2
+    steps: int = 1000
+    options: dict[str, Any] = field(default_factory=dict)
+    """Simulation options of the native model."""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 50
+    resume: bool = False
+    trust_code: bool = False
+    run_id: str = ""
+
+
+@dataclass
+class StartResult:
+    start: int
+    trace: np.ndarray
+    """Loss (negative log-posterior) before each step taken."""
+    value: float
+    """Objective at the final values (eval mode)."""
+    w: np.ndarray
+    """Final linear parameter vector (``plan.pack`` layout)."""
+    mech: np.ndarray
+    """Final mechanistic parameters on their ``parameterScale``."""
+    optimizer_state: dict[str, np.ndarray]
+    """The optimizer state's arrays by name."""
+    ok: bool
+    steps: int
+    seconds: float
+    interrupted: bool = False
+
+
+@dataclass
+class Hooks:
+    """Callbacks of a running task: ``report(starts, step, losses)`` after each step and
+    ``stop()`` (checked every few steps) to end early with a checkpoint."""
+
+    report: Callable[[list[int], int, np.ndarray], None] = lambda s, k, v: None
+    stop: Callable[[], bool] = lambda: False
+    stop_every_s: float = 0.5
+    _last: float = field(default=0.0, repr=False)
+
+    def should_stop(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.stop_every_s:
+            return False
+        self._last = now
+        return bool(self.stop())
+
+
+def dropout_seed(seed: int, start: int) -> int:
+    """Seed of start ``start``'s dropout masks (a stream apart from its start point)."""
+    return int(np.random.default_rng([int(seed), int(start), 1]).integers(2**31 - 1))
+
+
+def checkpoint_path(task: FitTask, start: int, suffix: str) -> Path | None:
+    if task.checkpoint_dir is None:
+        return None
+    return Path(task.checkpoint_dir) / f"start_{start:04d}{suffix}"
+
+
+_PROBLEMS: dict[tuple, Any] = {}
+
+
+def load_cached(path: str, backend: str, trust_code: bool) -> Any:
+    """The loaded problem, once per worker process."""
+    key = (str(Path(path).resolve()), backend, trust_code)
+    if key not in _PROBLEMS:
+        from petab_sciml.problem import load_problem
+
+        _PROBLEMS[key] = load_problem(path, backend=backend, trust_code=trust_code)
+    return _PROBLEMS[key]
