@@ -44,31 +44,37 @@ FORWARD_MODE_MAX = 512
 """``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
 ``theta`` and network arrays), reverse mode above."""
 
-COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False,
-                    "xla_cpu_experimental_ynn_fusion_type": ""}
-"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`
-(and in forward mode): the classic CPU emitters compile these while-loop-heavy programs
-about twice as fast, with the same run time; no YNNPACK fusions, whose float64 kernels
-make small-batch products inside the solver loops 2-80x slower (a 2048-wide layer on a
-batch of two vectors: 1 s instead of 12 ms; forward sensitivities of a 17k-parameter
-network: 3.7x)."""
+COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`: the
+classic CPU emitters compile these while-loop-heavy programs about twice as fast, with the
+same run time."""
 LARGE_NETWORK_PARAMETERS = 1_000
-"""From this many parameters (mechanistic and network arrays, ``plan.n_w``) on, reverse
-and adjoint modes are compiled with XLA's fusion emitters (:data:`LARGE_COMPILER_OPTIONS`),
-whose code for the network-sized element-wise work (the weight cotangents: one outer
-product per layer and Runge-Kutta stage) runs 1.3x faster from 17k parameters on while a
-second more of compilation no longer matters (forward sensitivities gain nothing from
-them); and forward sensitivities keep the parameters as a pytree inside the right-hand
-side (:meth:`JaxExecutor._period_solver`)."""
+"""From this many parameters (mechanistic and network arrays, ``plan.n_w``) on, the
+objective is compiled without YNNPACK fusions (:data:`LARGE_COMPILER_OPTIONS`), whose
+float64 kernels make small-batch products inside the solver loops 2-80x slower (a
+2048-wide layer on a batch of two vectors: 1 s instead of 12 ms; forward sensitivities of
+a 17k-parameter network: 3.7x); reverse and adjoint modes there keep XLA's fusion
+emitters, whose code for the network-sized element-wise work (the weight cotangents: one
+outer product per layer and Runge-Kutta stage) runs 1.3x faster from 17k parameters on
+while a second more of compilation no longer matters (forward sensitivities gain nothing
+from them); and forward sensitivities keep the parameters as a pytree inside the
+right-hand side (:meth:`JaxExecutor._period_solver`).  Below it, the options (and so
+the results, bit for bit) are those of smaller problems before: YNNPACK's products
+change the last bits of the suite cases' right-hand sides, which adaptive steps amplify
+to 3e-7 relative in a gradient (suite case 038)."""
 LARGE_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+"""XLA options of reverse and adjoint modes from :data:`LARGE_NETWORK_PARAMETERS` on
+(forward sensitivities there: these and :data:`COMPILER_OPTIONS`)."""
 
 
 def compiler_options(n_parameters: int, sensitivity: str) -> dict[str, Any]:
     """XLA options of the objective of a problem with ``n_parameters`` parameters whose
     gradient comes from (resolved) ``sensitivity``."""
-    if n_parameters >= LARGE_NETWORK_PARAMETERS and sensitivity != "forward":
-        return supported_compiler_options(LARGE_COMPILER_OPTIONS)
-    return supported_compiler_options(COMPILER_OPTIONS)
+    if n_parameters < LARGE_NETWORK_PARAMETERS:
+        return supported_compiler_options(COMPILER_OPTIONS)
+    if sensitivity == "forward":
+        return supported_compiler_options({**COMPILER_OPTIONS, **LARGE_COMPILER_OPTIONS})
+    return supported_compiler_options(LARGE_COMPILER_OPTIONS)
 
 
 @functools.cache
