@@ -23,14 +23,16 @@ Per width and sensitivity mode, one fresh process measures:
   ``jax.jacrev``) integrated with the states in one solve, error control on both.
 
 ``first call``: the first evaluation (tracing, compilation, the run), ours first, so the
-hand-written one profits from anything already warm; ``per eval``: the minimum over
-``--evals`` evaluations (a fifth of them at width 2048), ours and hand-written alternating
-so that all see the same machine load: ours through ``Simulator.value_and_grad`` (numpy
-parameters in, numpy gradient out) and our compiled objective alone (JAX arrays in and
-out, as the hand-written one), the hand-written one jitted with XLA's default options
-and with our options; the ratios are over the faster hand-written variant.  ``peak``:
-the process's peak resident memory.  Objective values and gradients of ours and the
-hand-written one are compared (they compute the same thing).
+hand-written one profits from anything already warm; ``per eval``: the minimum over at
+least ``--evals`` evaluations (a fifth of them at width 2048) and at least 2 s of each
+variant, ours and hand-written alternating so that all see the same machine load: ours
+through ``Simulator.value_and_grad`` (numpy parameters in, numpy gradient out) and our
+compiled objective alone (JAX arrays in and out, as the hand-written one), the
+hand-written one jitted with XLA's default options and with our options; the ratios are
+over the faster hand-written variant.  ``peak``: the process's peak resident memory.
+Objective values and gradients of ours and the hand-written one are compared (they
+compute the same thing).  ``--checkpoints N``: reverse mode with N checkpoints (ours and
+hand-written) instead of diffrax's default.
 """
 
 from __future__ import annotations
@@ -305,7 +307,8 @@ def print_products(rows: list[dict]) -> None:
 
 
 # ----------------------------------------------------------------------------- worker
-def worker(width: int, mode: str, evals: int) -> dict:
+def worker(width: int, mode: str, evals: int, checkpoints: int | None = None,
+           min_seconds: float = 2.0) -> dict:
     import diffrax  # noqa: F401 - imports are not part of the figures
     import jax
 
@@ -314,7 +317,8 @@ def worker(width: int, mode: str, evals: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="petab_sciml_width_") as tmp:
         arrays = write_problem(width, Path(tmp))
         problem = load_problem(Path(tmp) / "problem.yaml", backend="jax")
-        sim = problem.simulator(cache=False, sensitivity=mode)
+        options = {} if checkpoints is None else {"checkpoints": checkpoints}
+        sim = problem.simulator(cache=False, sensitivity=mode, **options)
         p = problem.parameters()
         n_parameters = int(sim.plan.n_w)
         t = time.perf_counter()
@@ -341,7 +345,9 @@ def worker(width: int, mode: str, evals: int) -> dict:
         calls = [lambda: sim.value_and_grad(p)] + [
             lambda h=h: jax.block_until_ready(h(p0)) for h in hands] + [
             lambda: jax.block_until_ready(compiled(*sim.executor.arguments(w)))]
-        for _ in range(evals):
+        # at least ``evals`` rounds and ``min_seconds`` of each variant: the minimum of
+        # calls of a few ms needs many of them on a loaded machine
+        while len(times[0]) < evals or min(map(sum, times)) < min_seconds:
             for i, call in enumerate(calls):
                 t = time.perf_counter()
                 call()
@@ -362,11 +368,15 @@ def worker(width: int, mode: str, evals: int) -> dict:
             "value_rel_diff": abs(ours_value - float(hand_value)) / abs(float(hand_value)),
             "grad_rel_diff": float(np.max(np.abs(g_ours - g_hand))
                                    / max(np.max(np.abs(g_hand)), 1e-300)),
-            "sensitivity": sim.executor.sensitivity}
+            "sensitivity": sim.executor.sensitivity, "evals": len(times[0]),
+            "checkpoints": checkpoints}
 
 
-def run_worker(width: int, mode: str, evals: int, timeout: float) -> dict | None:
+def run_worker(width: int, mode: str, evals: int, timeout: float,
+               checkpoints: int | None = None) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", str(width), mode, str(evals)]
+    if checkpoints is not None:
+        cmd += ["--checkpoints", str(checkpoints)]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     try:
@@ -391,6 +401,9 @@ def main() -> None:
     parser.add_argument("--products", action="store_true",
                         help="compare the product forms of a Linear layer instead")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--checkpoints", type=int, default=None,
+                        help="reverse mode: RecursiveCheckpointAdjoint checkpoints, ours "
+                        "and hand-written (default: diffrax's)")
     parser.add_argument("--worker", nargs=3)
     args = parser.parse_args()
     if args.products:
@@ -408,7 +421,7 @@ def main() -> None:
         return
     if args.worker is not None:
         width, mode, evals = args.worker
-        print(json.dumps(worker(int(width), mode, int(evals))))
+        print(json.dumps(worker(int(width), mode, int(evals), args.checkpoints)))
         return
 
     rows = []
@@ -424,7 +437,7 @@ def main() -> None:
     for width in args.widths:
         for mode in args.modes:
             evals = args.evals if width < 2048 else max(2, args.evals // 5)
-            row = run_worker(width, mode, evals, args.timeout)
+            row = run_worker(width, mode, evals, args.timeout, args.checkpoints)
             if row is None:
                 continue
             rows.append(row)

@@ -29,6 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from petab_sciml.backends.jax import ops  # noqa: E402
 from petab_sciml.backends.jax.model import check_dtype  # noqa: E402
+from tests.conftest import requires_suite  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "lotka_volterra_ude"
@@ -53,12 +54,13 @@ def test_linear_matches_torch_on_every_batch_shape(shape):
     np.testing.assert_allclose(np.asarray(got), expected.numpy(), rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("weight", [(2, 3, 4), (4, 16, 20)])   # einsum, dot_generals
 @pytest.mark.parametrize("shape", [(), (1,), (4,), (2, 3)])
-def test_bilinear_matches_torch_on_every_batch_shape(shape):
+def test_bilinear_matches_torch_on_every_batch_shape(shape, weight):
     check_dtype("float64")
     rng = np.random.default_rng(2)
-    x1, x2 = rng.normal(size=shape + (3,)), rng.normal(size=shape + (4,))
-    w, b = rng.normal(size=(2, 3, 4)), rng.normal(size=2)
+    x1, x2 = rng.normal(size=shape + weight[1:2]), rng.normal(size=shape + weight[2:])
+    w, b = rng.normal(size=weight), rng.normal(size=weight[0])
     expected = torch.nn.functional.bilinear(*(torch.as_tensor(a) for a in (x1, x2, w, b)))
     got = ops.bilinear(*(jnp.asarray(a) for a in (x1, x2, w, b)))
     np.testing.assert_allclose(np.asarray(got), expected.numpy(), rtol=1e-13, atol=1e-13)
@@ -187,3 +189,65 @@ def test_projection_onto_network_bounds_matches_numpy(tmp_path):
     lo = np.asarray(plan.w_lower[n:])
     assert np.isinf(lo).any() and (lo == -0.5).any() and (lo == -0.1).any()
     assert (~free).any()
+
+
+# --------------------------------------------------------------------------- unchanged
+def _ml_cases_with_changed_products() -> list[str]:
+    """ML-import suite cases with a layer whose product form issue 18 touched: Bilinear,
+    and Linear above ``ops.TRANSPOSED_PRODUCT_MAX`` (smaller Linear layers compute
+    ``x @ W.T`` in the same expression as before)."""
+    from tests.test_jax_backend import CASES, SuiteCase
+
+    found = []
+    for name in CASES:
+        for layer in SuiteCase(name).network.layers.values():
+            size = layer.config.get("in_features", 0) * layer.config.get("out_features", 0)
+            if layer.type == "Bilinear" or (layer.type == "Linear"
+                                            and size > ops.TRANSPOSED_PRODUCT_MAX):
+                found.append(name)
+                break
+    return found
+
+
+def _relative(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b), initial=0.0) / max(np.max(np.abs(b), initial=0.0),
+                                                         1e-300))
+
+
+@requires_suite
+def test_ml_suite_results_unchanged_by_product_forms(monkeypatch):
+    """Outputs and gradients (float64, every data set) of the ML-import suite cases whose
+    products changed, against the same networks computed with the previous forms
+    (``x @ W.T``, ``einsum``): 1e-12 relative."""
+    from petab_sciml.backends.jax import BACKEND
+    from tests.test_jax_backend import SuiteCase
+    from tests.test_simulation_suite import _previous_bilinear, _previous_linear
+
+    names = _ml_cases_with_changed_products()
+    assert names, "no suite case has a Bilinear layer any more"
+
+    def run(name):
+        c = SuiteCase(name)   # a new Network object: new traces
+        net = BACKEND.build(c.network, dtype="float64")
+        out = []
+        for i in range(3):
+            params = c.params(i)
+            if params is not None:
+                net = BACKEND.set_parameters(net, params)
+            inputs = [np.asarray(x, np.float64) for x in c.inputs(i)]
+            out.append((BACKEND.forward(net, inputs), BACKEND.gradients(net, inputs)))
+        return out
+
+    ours = {name: run(name) for name in names}
+    with monkeypatch.context() as m:
+        m.setattr(ops, "linear", _previous_linear)
+        m.setattr(ops, "bilinear", _previous_bilinear)
+        before = {name: run(name) for name in names}
+    for name in names:
+        for (out_a, grad_a), (out_b, grad_b) in zip(ours[name], before[name]):
+            for a, b in zip(out_a, out_b, strict=True):
+                assert _relative(a, b) <= 1e-12, name
+            for group, arrays in grad_b.items():
+                for array, b in arrays.items():
+                    assert _relative(grad_a[group][array], b) <= 1e-12, (name, group, array)
