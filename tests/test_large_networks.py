@@ -251,3 +251,26 @@ def test_ml_suite_results_unchanged_by_product_forms(monkeypatch):
             for group, arrays in grad_b.items():
                 for array, b in arrays.items():
                     assert _relative(grad_a[group][array], b) <= 1e-12, (name, group, array)
+
+
+# --------------------------------------------------------------------------- pytree S
+def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
+    """From ``LARGE_NETWORK_PARAMETERS`` on, forward sensitivities keep ``p`` and ``S`` as
+    pytrees; here forced on the 54-parameter example and compared with the single-matrix
+    form (verified against the suite's references): same solve, summation order apart."""
+    from petab_sciml.backends.jax import simulation as jax_simulation
+    from petab_sciml.problem import load_problem
+
+    def evaluate():
+        sim = load_problem(EXAMPLE / "problem.yaml", backend="jax").simulator(
+            cache=False, sensitivity="forward")
+        return sim.evaluate(grad=True)
+
+    matrix = evaluate()
+    monkeypatch.setattr(jax_simulation, "LARGE_NETWORK_PARAMETERS", 0)
+    tree = evaluate()
+    assert matrix.ok and tree.ok
+    np.testing.assert_allclose(tree.value, matrix.value, rtol=1e-9)
+    np.testing.assert_allclose(tree.simulations, matrix.simulations, rtol=1e-9, atol=1e-12)
+    scale = np.max(np.abs(matrix.grad_flat))
+    np.testing.assert_allclose(tree.grad_flat, matrix.grad_flat, rtol=0, atol=1e-7 * scale)
