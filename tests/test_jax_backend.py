@@ -337,7 +337,12 @@ def test_suite_case_matches_torch(case, dtype):
 # Layer configurations the suite does not cover: (type, args, input shapes, positive input).
 EXTRA_LAYERS = [
     ("Linear", dict(in_features=4, out_features=3, bias=False), [(2, 5, 4)]),
+    # above ops.TRANSPOSED_PRODUCT_MAX: the dot_general product, unbatched and batched
+    ("Linear", dict(in_features=40, out_features=30), [(40,)]),
+    ("Linear", dict(in_features=40, out_features=30, bias=False), [(2, 3, 40)]),
     ("Bilinear", dict(in1_features=3, in2_features=4, out_features=2), [(5, 3), (5, 4)]),
+    ("Bilinear", dict(in1_features=3, in2_features=4, out_features=2), [(2, 5, 3),
+                                                                       (2, 5, 4)]),
     ("Bilinear", dict(in1_features=3, in2_features=2, out_features=2, bias=False),
      [(3,), (2,)]),
     ("Flatten", dict(start_dim=0, end_dim=-2), [(2, 3, 4)]),

@@ -138,3 +138,48 @@ def test_cli_runs_problem_cases_on_both_backends():
     data = json.loads(result.output)
     assert data["failed"] == 0 and len(data["problems"]) == 4
     assert all(r["cross"]["llh_rel_diff"] <= 1e-6 for r in data["problems"])
+
+
+def _previous_linear(x, weight, bias=None):
+    """The JAX Linear layer before issue 18."""
+    import jax.numpy as jnp
+
+    y = jnp.matmul(x, weight.T)
+    return y if bias is None else y + bias
+
+
+def _previous_bilinear(x1, x2, weight, bias=None):
+    """The JAX Bilinear layer before issue 18."""
+    import jax.numpy as jnp
+
+    y = jnp.einsum("...i,oij,...j->...o", x1, weight, x2)
+    return y if bias is None else y + bias
+
+
+@requires_suite
+@pytest.mark.parametrize("case_path", CASES, ids=_id)
+def test_jax_results_unchanged_by_large_network_paths(case_path, monkeypatch):
+    """Issue 18 (large networks) leaves every suite case's results unchanged, 1e-12
+    relative in float64: the objective rebuilt with the computation as it was before
+    (``x @ W.T`` and ``einsum`` products, one parameter vector and one sensitivity matrix,
+    only ``xla_cpu_use_fusion_emitters=False``) against ours.  An adaptive solve amplifies
+    a last-bit change anywhere in the right-hand side far above 1e-12 (YNNPACK's products
+    moved case 038's gradient by 3e-7), so this fails on any change of arithmetic."""
+    from petab_sciml.backends.jax import ops
+    from petab_sciml.backends.jax import simulation as jax_simulation
+    from petab_sciml.problem import load_problem
+
+    _, _, ours = _evaluate(case_path, "jax")
+    monkeypatch.setattr(ops, "linear", _previous_linear)
+    monkeypatch.setattr(ops, "bilinear", _previous_bilinear)
+    monkeypatch.setattr(jax_simulation, "LARGE_NETWORK_PARAMETERS", 2**62)
+    sim = load_problem(case_path / "petab" / "problem.yaml", backend="jax").simulator(
+        cache=False)
+    sim.executor.compiler_options = jax_simulation.supported_compiler_options(
+        {"xla_cpu_use_fusion_emitters": False})
+    before = sim.evaluate(grad=True)
+    for name in ("value", "llh", "simulations", "grad_flat"):
+        a, b = np.atleast_1d(getattr(ours, name)), np.atleast_1d(getattr(before, name))
+        assert a.shape == b.shape, name
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.max(np.abs(b)),
+                                   err_msg=name)

@@ -158,10 +158,9 @@ def nan_errors():
             module.error_if = original
 
 
-def _compiler_options() -> dict:
-    from petab_sciml.backends.jax.simulation import supported_compiler_options
-
-    return supported_compiler_options()
+def _compiler_options(executor: Any) -> dict:
+    """The executor's XLA options (those it compiles its own objective with)."""
+    return dict(executor.compiler_options)
 
 
 def pack_entry(key: str, blob: bytes) -> bytes:
@@ -254,7 +253,7 @@ class ExportCache:
             try:
                 exported = export.deserialize(bytearray(unpack_entry(data, key)))
                 self.events.append("loaded")
-                return jax.jit(exported.call, compiler_options=_compiler_options()), path
+                return jax.jit(exported.call, compiler_options=_compiler_options(executor)), path
             except Exception as exc:  # noqa: BLE001 - a stale, damaged or foreign file
                 self._reject(path, str(exc).splitlines()[0] if str(exc) else
                              type(exc).__name__)
@@ -269,7 +268,7 @@ class ExportCache:
             return jitted, None
         self._write(path, pack_entry(key, bytes(blob)))
         self.events.append("exported")
-        return jax.jit(exported.call, compiler_options=_compiler_options()), None
+        return jax.jit(exported.call, compiler_options=_compiler_options(executor)), None
 
     def _read(self, path: Path) -> bytes | None:
         from petab_sciml.errors import PetabSciMLError

@@ -70,8 +70,7 @@ class Linear(LayerModule):
     array_names: ClassVar[tuple[str, ...]] = ("weight", "bias")
 
     def apply(self, x: Array) -> Array:
-        y = jnp.matmul(x, self.weight.T)
-        return y if self.bias is None else y + self.bias
+        return ops.linear(x, self.weight, self.bias)
 
 
 class Bilinear(LayerModule):
@@ -80,8 +79,7 @@ class Bilinear(LayerModule):
     array_names: ClassVar[tuple[str, ...]] = ("weight", "bias")
 
     def apply(self, x1: Array, x2: Array) -> Array:
-        y = jnp.einsum("...i,oij,...j->...o", x1, self.weight, x2)
-        return y if self.bias is None else y + self.bias
+        return ops.bilinear(x1, x2, self.weight, self.bias)
 
 
 class Flatten(LayerModule):

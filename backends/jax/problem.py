@@ -147,7 +147,6 @@ def vector(model: ProblemModel, *, key: jax.Array | None = None,
     the dropout column applied."""
     spec = model.spec
     plan = spec.plan
-    w0 = jnp.asarray(spec.w0)
     parts = [unscale(model.mech, spec.scale_codes).reshape(-1)]
     keys = _keys(key, len(plan.networks)) if train else None
     for j, net in enumerate(plan.networks):
@@ -164,10 +163,41 @@ def vector(model: ProblemModel, *, key: jax.Array | None = None,
             if s.ir_trainable:
                 parts.append(jnp.asarray(arrays[s.layer][s.array], jnp.float64).reshape(-1))
             else:
-                parts.append(w0[s.offset: s.offset + s.size])
+                parts.append(jnp.asarray(spec.w0[s.offset: s.offset + s.size]))
     w = jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float64)
     # frozen entries: nominal values, so that nothing flows through them
-    return jnp.where(jnp.asarray(spec.free), w, jax.lax.stop_gradient(w0))
+    return _nominal_where_frozen(w, spec.free, spec.w0)
+
+
+def _nominal_where_frozen(values: jax.Array, free: np.ndarray, nominal: np.ndarray
+                          ) -> jax.Array:
+    """``values`` with the entries where ``free`` is False set to ``nominal`` (no gradient
+    through them).  Only the frozen entries become constants of the traced program: the
+    free mask and the nominal values of a large network are never embedded (XLA compile
+    time grows with the constants' size)."""
+    frozen = np.flatnonzero(~free)
+    if frozen.size == 0:
+        return values
+    if frozen.size == free.size:
+        return jnp.broadcast_to(jnp.asarray(nominal), values.shape)
+    return values.at[..., frozen].set(jnp.asarray(nominal[frozen]))
+
+
+def _clip(value: jax.Array, lower: np.ndarray, upper: np.ndarray, free: np.ndarray
+          ) -> jax.Array:
+    """``clip(value, lower, upper)`` at the ``free`` entries of the trailing (flat) axis
+    (the others are reset afterwards).  Bounds shared by every free entry are scalars;
+    otherwise only the bounded entries are clipped, so constants stay as small as the
+    bounds that vary."""
+    lo = np.where(free, lower, -np.inf)
+    hi = np.where(free, upper, np.inf)
+    bounded = np.isfinite(lo) | np.isfinite(hi)
+    if not bounded.any():
+        return value
+    if np.all(lower[free] == lower[free][0]) and np.all(upper[free] == upper[free][0]):
+        return jnp.clip(value, lower[free][0], upper[free][0])
+    idx = np.flatnonzero(bounded)
+    return value.at[..., idx].set(jnp.clip(value[..., idx], lo[idx], hi[idx]))
 
 
 def _keys(key: jax.Array | None, n: int):
@@ -208,11 +238,17 @@ def project(model: ProblemModel) -> ProblemModel:
                 continue
             sl = slice(s.offset, s.offset + s.size)
             value = model.nets[net.id][s.layer][s.array]
-            lo = plan.w_lower[sl].reshape(s.shape)
-            hi = plan.w_upper[sl].reshape(s.shape)
-            free = spec.free[sl].reshape(s.shape)
-            value = jnp.where(free, jnp.clip(value, lo, hi),
-                              spec.w0[sl].reshape(s.shape))
+            free = spec.free[sl]
+            if free.any():
+                # on the flat array; constants only for bounds that vary and for frozen
+                # elements (see vector)
+                flat = value.reshape(value.shape[: value.ndim - len(s.shape)] + (-1,))
+                flat = _clip(flat, plan.w_lower[sl], plan.w_upper[sl], free)
+                flat = _nominal_where_frozen(flat, free, spec.w0[sl])
+                value = flat.reshape(value.shape)
+            else:
+                value = jnp.broadcast_to(jnp.asarray(spec.w0[sl].reshape(s.shape)),
+                                         value.shape)
             layers.setdefault(s.layer, {})[s.array] = value
         nets[net.id] = layers
     return ProblemModel(mech, nets, spec)

@@ -40,30 +40,62 @@ from petab_sciml.simulation.compiled import compile_plan
 from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
-CHECKPOINTS: int | None = None
-"""``RecursiveCheckpointAdjoint(checkpoints=...)`` of ``sensitivity="reverse"`` (None:
-diffrax's default for ``max_steps``)."""
 FORWARD_MODE_MAX = 512
 """``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
 ``theta`` and network arrays), reverse mode above."""
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-"""XLA options of the objective's compilation: the classic CPU emitters compile these
-while-loop-heavy programs about twice as fast, with the same run time."""
+"""XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`: the
+classic CPU emitters compile these while-loop-heavy programs about twice as fast, with the
+same run time."""
+LARGE_NETWORK_PARAMETERS = 1_000
+"""From this many parameters (mechanistic and network arrays, ``plan.n_w``) on, the
+objective is compiled without YNNPACK fusions (:data:`LARGE_COMPILER_OPTIONS`), whose
+float64 kernels make small-batch products inside the solver loops 2-80x slower (a
+2048-wide layer on a batch of two vectors: 1 s instead of 12 ms; forward sensitivities of
+a 17k-parameter network: 3.7x); reverse and adjoint modes there keep XLA's fusion
+emitters, whose code for the network-sized element-wise work (the weight cotangents: one
+outer product per layer and Runge-Kutta stage) runs 1.3x faster from 17k parameters on
+while a second more of compilation no longer matters (forward sensitivities gain nothing
+from them); and forward sensitivities keep the parameters as a pytree inside the
+right-hand side (:meth:`JaxExecutor._period_solver`).  Below it, the options (and so
+the results, bit for bit) are those of smaller problems before: YNNPACK's products
+change the last bits of the suite cases' right-hand sides, which adaptive steps amplify
+to 3e-7 relative in a gradient (suite case 038)."""
+LARGE_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+"""XLA options of reverse and adjoint modes from :data:`LARGE_NETWORK_PARAMETERS` on
+(forward sensitivities there: these and :data:`COMPILER_OPTIONS`)."""
+
+
+def compiler_options(n_parameters: int, sensitivity: str) -> dict[str, Any]:
+    """XLA options of the objective of a problem with ``n_parameters`` parameters whose
+    gradient comes from (resolved) ``sensitivity``."""
+    if n_parameters < LARGE_NETWORK_PARAMETERS:
+        return supported_compiler_options(COMPILER_OPTIONS)
+    if sensitivity == "forward":
+        return supported_compiler_options({**COMPILER_OPTIONS, **LARGE_COMPILER_OPTIONS})
+    return supported_compiler_options(LARGE_COMPILER_OPTIONS)
 
 
 @functools.cache
-def supported_compiler_options() -> dict[str, Any]:
-    """:data:`COMPILER_OPTIONS` where this XLA knows them (newer jaxlib releases, e.g.
-    0.12 on Python 3.12, dropped the option: it is then left out, not an error)."""
+def _option_supported(name: str, value: Any) -> bool:
     import jax
     import jax.numpy as jnp
 
     try:
-        jax.jit(lambda x: x + 1, compiler_options=COMPILER_OPTIONS)(jnp.zeros(1))
+        jax.jit(lambda x: x + 1, compiler_options={name: value})(jnp.zeros(1))
     except Exception:  # noqa: BLE001 - XLA raises JaxRuntimeError for an unknown option
-        return {}
-    return dict(COMPILER_OPTIONS)
+        return False
+    return True
+
+
+def supported_compiler_options(options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``options`` (default :data:`COMPILER_OPTIONS`) less those this XLA does not know
+    (newer jaxlib releases, e.g. 0.12 on Python 3.12, dropped some: such an option is
+    left out, not an error)."""
+    options = COMPILER_OPTIONS if options is None else options
+    return {name: value for name, value in options.items() if _option_supported(name, value)}
+
 
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
 SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
@@ -76,6 +108,12 @@ class JaxOptions:
     atol: float = 1e-8
     max_steps: int = 100_000
     sensitivity: str = "auto"
+    checkpoints: int | None = None
+    """Checkpoints of ``sensitivity="reverse"`` (``RecursiveCheckpointAdjoint``); None:
+    diffrax's default, about ``sqrt(2 * max_steps)`` (447).  Each holds the solver's loop
+    state (states, step-size controller, outputs saved so far), never the network's
+    arrays: with few states, memory does not depend on this number or on the network's
+    size (see docs/simulation.md); fewer checkpoints than steps recompute steps."""
 
     def resolved_sensitivity(self, n_parameters: int) -> str:
         if self.sensitivity == "auto":
@@ -119,6 +157,8 @@ class JaxExecutor:
                                   f"{', '.join(SENSITIVITIES)}")
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w)
+        self.compiler_options = compiler_options(plan.n_w, self.sensitivity)
+        """XLA options of the compiled objective (:func:`compiler_options`)."""
         self.fns = compile_plan(plan, "jax")
         self._forwards = self._networks()
         self._train_forwards: dict[int, Any] = {}
@@ -466,7 +506,7 @@ class JaxExecutor:
                 adjoint = diffrax.BacksolveAdjoint(solver=_diffrax_solver(opts.solver),
                                                    stepsize_controller=controller)
             else:
-                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=CHECKPOINTS)
+                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=opts.checkpoints)
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
@@ -478,40 +518,59 @@ class JaxExecutor:
 
             return solve
 
-        # -- forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays)
-        sizes = [n_theta] + [n_out[j] for j in pre_ids]
-        shapes = []
-        for j in rhs_nets:
-            for s in self.plan.networks[j].arrays:
-                shapes.append((j, s))
-                sizes.append(s.size)
-        offsets = np.cumsum([0] + sizes)
-        n_p = int(offsets[-1])
+        # -- forward sensitivities: p = (theta, pre-initialization outputs, rhs arrays);
+        # the columns of S follow that order
+        shapes = [(j, s) for j in rhs_nets for s in self.plan.networks[j].arrays]
+        leaf_shapes = ([(n_theta,)] + [(n_out[j],) for j in pre_ids]
+                       + [tuple(s.shape) for _, s in shapes])
+        n_p = int(sum(np.prod(shape, dtype=np.int64) for shape in leaf_shapes))
         n = n_x + n_p
+        # Large networks: p and S are pytrees (S: one block per array of p), so that the
+        # right-hand side takes each array as it is and writes dS for each array once.
+        # As one vector sliced inside the right-hand side, every array cost a pad and an
+        # add of all of p per reverse pass (3x slower at 17k parameters), and one S
+        # matrix an extra copy of J_p per stage (13% at 265k).  Small problems keep the
+        # single vector (results bit for bit as before).
+        tree = self.plan.n_w >= LARGE_NETWORK_PARAMETERS and n_x < n
 
-        def unflatten(p, outs_template):
-            theta = p[: n_theta]
+        def as_tree(p_flat):
+            """``(theta, [pre outputs], [rhs arrays])`` from one vector."""
+            leaves, start = [], 0
+            for shape in leaf_shapes:
+                size = int(np.prod(shape, dtype=np.int64))
+                leaves.append(p_flat[start: start + size].reshape(shape))
+                start += size
+            k = 1 + len(pre_ids)
+            return leaves[0], leaves[1:k], leaves[k:]
+
+        def parameters(theta, outs):
+            arrays_ = []
+            for j, s in shapes:
+                group = nets[j][0] if s.ir_trainable else nets[j][1]
+                arrays_.append(group[s.layer][s.array])
+            p = (theta, [outs[j] for j in pre_ids], arrays_)
+            if tree:
+                return p
+            parts = [leaf.reshape(-1) for leaf in jax.tree_util.tree_leaves(p)]
+            return jnp.concatenate(parts) if parts else jnp.zeros((0,))
+
+        def unpack(p, outs_template):
+            theta, pre, arrays_ = p if tree else as_tree(p)
             outs = list(outs_template)
-            for i, j in enumerate(pre_ids):
-                outs[j] = p[offsets[1 + i]: offsets[2 + i]]
+            for j, value in zip(pre_ids, pre):
+                outs[j] = value
             nets_ = [(dict(), dict()) for _ in nets]
-            base = 1 + len(pre_ids)
-            for i, (j, s) in enumerate(shapes):
-                value = p[offsets[base + i]: offsets[base + i + 1]].reshape(s.shape)
+            for (j, s), value in zip(shapes, arrays_):
                 target = nets_[j][0] if s.ir_trainable else nets_[j][1]
                 target.setdefault(s.layer, {})[s.array] = value
             return theta, outs, nets_
 
-        def flatten(theta, outs):
-            parts = [theta] + [outs[j] for j in pre_ids]
-            for j, s in shapes:
-                group = nets[j][0] if s.ir_trainable else nets[j][1]
-                parts.append(group[s.layer][s.array].reshape(-1))
-            return jnp.concatenate(parts) if parts else jnp.zeros((0,))
-
         def field_p(t, x, p, arrays, outs_template):
-            theta, outs, nets_ = unflatten(p, outs_template)
+            theta, outs, nets_ = unpack(p, outs_template)
             return field(t, x, theta, outs, arrays, nets_)
+
+        def first(tree_):
+            return jax.tree_util.tree_map(lambda a: a[-1], tree_)
 
         plain_term = diffrax.ODETerm(lambda t, x, a: field_p(t, x, *a))
         controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
@@ -528,6 +587,11 @@ class JaxExecutor:
                 # forward passes when there are fewer states than parameters)
                 fx, vjp = jax.vjp(f, x, p)
                 jx, jp = jax.vmap(vjp)(jnp.eye(n_x, dtype=x.dtype))
+                if tree:
+                    s_x, s_p = sens
+                    ds_p = jax.tree_util.tree_map(
+                        lambda s, j: jnp.tensordot(jx, s, axes=1) + j, s_p, jp)
+                    return fx, (jx @ s_x, ds_p)
                 # J_x S as a broadcast product and sum: fuses with the rest (a dot here
                 # costs a separate kernel per stage; case 001: 2.7 instead of 5 ms)
                 ds = jnp.sum(jx[:, :, None] * sens[None], axis=1) + jnp.concatenate(
@@ -553,27 +617,37 @@ class JaxExecutor:
             return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
         def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
-            s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+            if tree:
+                s0 = (jnp.eye(n_x, dtype=x0.dtype), jax.tree_util.tree_map(
+                    lambda a: jnp.zeros((n_x,) + a.shape, x0.dtype), p))
+            else:
+                s0 = jnp.eye(n_x, n, dtype=x0.dtype)
             sol = diffrax.diffeqsolve(
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
                 adjoint=lax_loop, throw=False)
             (ys, s_ts), (y1, s1) = sol.ys
             out = (ys, y1[-1], ok_of(sol))
-            return out, (s_ts, s1[-1], arrays, outs_template, t0, t1, ts)
+            return out, (s_ts, first(s1), arrays, outs_template, t0, t1, ts)
 
         def core_bwd(res, cts):
             s_ts, s1, arrays, outs_template, t0, t1, ts = res
             ct_ys, ct_end, _ = cts
-            g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
             zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
+            if tree:
+                (sx_ts, sp_ts), (sx1, sp1) = s_ts, s1
+                g_p = jax.tree_util.tree_map(
+                    lambda a, b: (jnp.tensordot(ct_ys, a, axes=((0, 1), (0, 1)))
+                                  + jnp.tensordot(ct_end, b, axes=1)), sp_ts, sp1)
+                return (jnp.einsum("ti,tij->j", ct_ys, sx_ts) + ct_end @ sx1, g_p, *zeros)
+            g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
             return (g[:n_x], g[n_x:], *zeros)
 
         core.defvjp(core_fwd, core_bwd)
 
         def solve(x0, theta, outs, arrays, t0, t1, ts):
             template = [jnp.zeros_like(o) for o in outs]
-            return core(x0, flatten(theta, outs), arrays, template, t0, t1, ts)
+            return core(x0, parameters(theta, outs), arrays, template, t0, t1, ts)
 
         return solve
 
@@ -628,7 +702,7 @@ class JaxExecutor:
         import jax
 
         fn = self.value_and_grad_fn() if kind == "value_and_grad" else self.value_fn()
-        jitted = jax.jit(fn, compiler_options=supported_compiler_options())
+        jitted = jax.jit(fn, compiler_options=self.compiler_options)
         if self.cache is not None:
             jitted = self.cache.wrap(self, kind, jitted)
         self._compiled[kind] = jitted
