@@ -349,4 +349,4 @@ def test_steady_state_period_fails_at_load(decay_problem, tmp_path):
     text = (folder / "experiments.tsv").read_text() + "e2\t-inf\tc0\n"
     (folder / "experiments.tsv").write_text(text)
     with pytest.raises(SimulationError, match="pre-equilibration"):
-        load_problem(folder / "problem.yaml", backend="torch")
+        load_problem(folder / "problem.yaml", backend="torch").simulator()

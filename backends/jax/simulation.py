@@ -133,6 +133,11 @@ class JaxExecutor:
             by_periods[len(exp.periods)] = by_periods.get(len(exp.periods), 0) + 1
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w, max(by_periods.values(), default=1))
+        self.steady_state = any(p.steady_state for e in plan.experiments for p in e.periods)
+        """Some period runs to steady state (the solves then carry a steady-state event)."""
+        if self.steady_state and self.sensitivity == "adjoint":
+            raise SimulationError("sensitivity='adjoint' cannot stop at a steady state "
+                                  "(pre-equilibration, time = inf); use forward or reverse")
         self.fns = compile_plan(plan, "jax")
         self._forwards = self._networks()
         self._train_forwards: dict[int, Any] = {}
@@ -246,6 +251,7 @@ class JaxExecutor:
             st_t = np.full((E, P, K2), n_x, np.int64)
             st_s = np.zeros((E, P, K2), np.int64)
             group = np.zeros(E, np.int64)
+            t_inf = np.zeros((E, P, N), bool)
             for i, e in enumerate(exps):
                 exp = plan.experiments[e]
                 group[i] = exp.group
@@ -253,6 +259,12 @@ class JaxExecutor:
                     starts[i, k], ends[i, k] = p.start, p.end
                     ts[i, k, :] = p.end
                     ts[i, k, : len(p.times)] = p.times
+                    if p.steady_state:
+                        # steady-state (inf) points read the end state; the solver saves
+                        # there at the last finite time (or the start) instead
+                        t_inf[i, k] = ~np.isfinite(ts[i, k])
+                        finite = p.times[np.isfinite(p.times)]
+                        ts[i, k, t_inf[i, k]] = finite[-1] if finite.size else p.start
                     for c, (ti, ci) in enumerate(p.theta_changes):
                         th_t[i, k, c], th_s[i, k, c] = ti, ci
                     for c, (xi, ci) in enumerate(p.state_changes):
@@ -263,6 +275,8 @@ class JaxExecutor:
             d.update({f"b{b}_start": starts, f"b{b}_end": ends, f"b{b}_ts": ts,
                       f"b{b}_th_tgt": th_t, f"b{b}_th_src": th_s, f"b{b}_st_tgt": st_t,
                       f"b{b}_st_src": st_s, f"b{b}_group": group})
+            if self.steady_state:
+                d[f"b{b}_tinf"] = t_inf
             self.batches.append((P, exps, N))
             x_offset += E * P * N
             th_offset += E * P
@@ -362,7 +376,7 @@ class JaxExecutor:
         solve = self._period_solver(rhs_nets, pre_ids, n_out, theta0.size, nets)
         xs_all, th_all, ok_all = [], [], []
         for b, (P, exps, _) in enumerate(self.batches):
-            def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, P=P):
+            def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, t_inf=None, P=P):
                 theta = theta_g[group]
                 outs = empty_outs()
                 for i, j in enumerate(pre_ids):
@@ -380,6 +394,8 @@ class JaxExecutor:
                         theta = theta.at[th_t[k]].set(vals[th_s[k]], mode="drop")
                         x = x.at[st_t[k]].set(vals[st_s[k]], mode="drop")
                     y, x, good = solve(x, theta, outs, arrays, start[k], end[k], ts[k])
+                    if t_inf is not None:   # steady-state measurements: the end state
+                        y = jnp.where(t_inf[k][:, None], x[None, :], y)
                     ys.append(y)
                     thetas.append(theta)
                     oks.append(good)
@@ -388,6 +404,8 @@ class JaxExecutor:
             batch = (data[f"b{b}_start"], data[f"b{b}_end"], data[f"b{b}_ts"],
                      data[f"b{b}_th_tgt"], data[f"b{b}_th_src"], data[f"b{b}_st_tgt"],
                      data[f"b{b}_st_src"], data[f"b{b}_group"])
+            if self.steady_state:
+                batch = (*batch, data[f"b{b}_tinf"])
             if self.options.batch_experiments:
                 ys, ths, ok = _map(experiment, batch, len(exps))
             else:
@@ -473,7 +491,27 @@ class JaxExecutor:
             return diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
 
         def ok_of(sol):
-            return sol.result == diffrax.RESULTS.successful
+            # a steady-state event ends a solve successfully too
+            return (sol.result == diffrax.RESULTS.successful) | \
+                (sol.result == diffrax.RESULTS.event_occurred)
+
+        def steady(rates, t1, ts):
+            """The steady-state event of a period ending at ``t1 = inf`` (None when no
+            period of the plan runs to steady state): past the last finite measurement
+            time ``ts[-1]``, stop once every ``rates(t, y, args) -> [(dy/dt, y), ...]``
+            has a weighted RMS norm below 1 (AMICI's check, with ``atol`` and ``rtol``)."""
+            if not self.steady_state:
+                return None
+
+            def cond(t, y, args, **kwargs):
+                del kwargs
+                done = jnp.isinf(t1) & (t >= ts[-1])
+                for rate, value in rates(t, y, args):
+                    scale = opts.atol + opts.rtol * jnp.abs(value)
+                    done = done & (jnp.sqrt(jnp.mean((rate / scale) ** 2)) < 1.0)
+                return done
+
+            return diffrax.Event(cond)
 
         if self.sensitivity != "forward":
             controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
@@ -487,10 +525,11 @@ class JaxExecutor:
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
+                event = steady(lambda t, x, a: [(field(t, x, *a), x)], t1, ts)
                 sol = diffrax.diffeqsolve(
                     term, solver, t0, t1, None, x0, (theta, outs, arrays, nets),
                     saveat=save(ts), stepsize_controller=controller,
-                    max_steps=opts.max_steps, adjoint=adjoint, throw=False)
+                    max_steps=opts.max_steps, adjoint=adjoint, throw=False, event=event)
                 return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
             return solve
@@ -563,18 +602,24 @@ class JaxExecutor:
 
         @jax.custom_vjp
         def core(x0, p, arrays, outs_template, t0, t1, ts):
+            event = steady(lambda t, x, a: [(field_p(t, x, *a), x)], t1, ts)
             sol = diffrax.diffeqsolve(
                 plain_term, lax_solver, t0, t1, None, x0, (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
-                adjoint=lax_loop, throw=False)
+                adjoint=lax_loop, throw=False, event=event)
             return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
         def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
             s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+
+            def rates(t, y, a):   # states and sensitivities must both settle (AMICI)
+                fx, ds = aug(t, y, a)
+                return [(fx, y[0]), (ds, y[1])]
+
             sol = diffrax.diffeqsolve(
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
-                adjoint=lax_loop, throw=False)
+                adjoint=lax_loop, throw=False, event=steady(rates, t1, ts))
             (ys, s_ts), (y1, s1) = sol.ys
             out = (ys, y1[-1], ok_of(sol))
             return out, (s_ts, s1[-1], arrays, outs_template, t0, t1, ts)

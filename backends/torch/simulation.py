@@ -90,6 +90,10 @@ class TorchExecutor:
                                   f"{', '.join(methods)}")
         if opts.compile and opts.sensitivity != "forward":
             raise SimulationError("compile=True needs sensitivity='forward'")
+        if any(p.steady_state for e in plan.experiments for p in e.periods):
+            raise SimulationError("pre-equilibration and steady-state measurements (time "
+                                  "-inf or inf) are not supported by the torch backend yet; "
+                                  "use backend='jax'")
         self.fns = compile_plan(plan, "torch")
         self.modules = self._build_networks()
         self.bound = self._bound_networks()
