@@ -313,6 +313,21 @@ class JaxExecutor:
         if self.sensitivity == "forward-ad":
             d["free"] = plan.free_index
         d["mech_theta"] = plan.mech_theta_index
+        # condition changes: numbers in a table, formulas compiled on their own
+        exprs = plan.change_exprs
+        numeric = [bool(getattr(e, "is_number", False)) for e in exprs]
+        d["chg_const"] = np.array([float(e) if n else 0.0 for e, n in zip(exprs, numeric)],
+                                  np.float64).reshape(-1)
+        d["chg_formula"] = ~np.array(numeric, bool).reshape(-1)
+        d["chg_pos"] = np.maximum(np.cumsum(d["chg_formula"]) - 1, 0).astype(np.int64)
+        formulas = [e for e, n in zip(exprs, numeric) if not n]
+        self._change_formulas = None
+        if formulas:
+            from petab_sciml.expressions import compile_expressions
+
+            self._change_formulas = compile_expressions(
+                formulas, plan.groups(), backend="jax", name="change_formulas",
+                broadcast=False)
         return d
 
     # ------------------------------------------------------------------ the model
@@ -351,13 +366,14 @@ class JaxExecutor:
                      if inp.kind == "array"} for j, net in enumerate(plan.networks)]
 
         has_changes = len(plan.change_exprs) > 0
+        change_values = self._change_values(data)
 
         def group_fn(t0, tgt, src, arrays):
             outs = empty_outs()
             theta = theta_base
             if has_changes:
-                vals = fns.changes(t0, zeros_x, theta_base, *outs)
-                theta = theta_base.at[tgt].set(vals[src], mode="drop")
+                vals = change_values(t0, zeros_x, theta_base, outs, src)
+                theta = theta_base.at[tgt].set(vals, mode="drop")
             for j, net in enumerate(plan.networks):
                 if net.pre_initialization:
                     outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, nets,
@@ -385,14 +401,16 @@ class JaxExecutor:
                 t0 = start[0]
                 x = fns.x0(t0, theta, *outs)
                 if has_changes:
-                    vals = fns.changes(t0, x, theta, *outs)
-                    x = x.at[st_t[0]].set(vals[st_s[0]], mode="drop")
+                    vals = change_values(t0, x, theta, outs, st_s[0])
+                    x = x.at[st_t[0]].set(vals, mode="drop")
                 ys, thetas, oks = [], [], []
                 for k in range(P):
                     if k > 0 and has_changes:
-                        vals = fns.changes(start[k], x, theta, *outs)
-                        theta = theta.at[th_t[k]].set(vals[th_s[k]], mode="drop")
-                        x = x.at[st_t[k]].set(vals[st_s[k]], mode="drop")
+                        vals = change_values(start[k], x, theta, outs,
+                                             jnp.concatenate([th_s[k], st_s[k]]))
+                        n_th = th_s.shape[1]
+                        theta = theta.at[th_t[k]].set(vals[:n_th], mode="drop")
+                        x = x.at[st_t[k]].set(vals[n_th:], mode="drop")
                     y, x, good = solve(x, theta, outs, arrays, start[k], end[k], ts[k])
                     if t_inf is not None:   # steady-state measurements: the end state
                         y = jnp.where(t_inf[k][:, None], x[None, :], y)
@@ -459,6 +477,27 @@ class JaxExecutor:
         value = jnp.where(ok, value, jnp.inf)
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
+
+    def _change_values(self, data):
+        """``values(t, x, theta, outs, index)``: the condition changes ``index`` (an int
+        array into ``plan.change_exprs``).  Changes that are numbers are read from a
+        table; only the formulas are evaluated (all of them, once per call).  With one
+        condition per experiment, evaluating every change for every experiment would
+        cost experiments squared."""
+        import jax.numpy as jnp
+
+        formulas = self._change_formulas
+        const, pos, is_formula = (data["chg_const"], data["chg_pos"],
+                                  data["chg_formula"])
+
+        def values(t, x, theta, outs, index):
+            vals = const[index]
+            if formulas is not None:
+                computed = formulas(t, x, theta, *outs)
+                vals = jnp.where(is_formula[index], computed[pos[index]], vals)
+            return vals
+
+        return values
 
     # ------------------------------------------------------------------ ODE solves
     def _period_solver(self, rhs_nets, pre_ids, n_out, n_theta, nets):
