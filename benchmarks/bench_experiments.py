@@ -14,7 +14,8 @@ Prints min / median ms per objective + gradient for ours and the baseline, ours 
 experiment, ours / baseline, and the largest relative difference between the two
 objective values and gradients (the same computation: it should be ~1e-9 or below).
 ``--unbatched`` also times our ``batch_experiments=False`` path at those sizes.
-Everything is measured in one run; CPU load from other processes inflates every figure.
+Everything is measured in one run, ours and the baseline called in turn; CPU load from
+other processes inflates every figure.
 """
 
 from __future__ import annotations
@@ -33,12 +34,19 @@ sys.path.insert(0, str(REPO))
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
-    times = []
+    return timed_together([fn], repeats)[0]
+
+
+def timed_together(fns, repeats: int) -> list[tuple[float, float]]:
+    """(min, median) ms of each function, called in turn ``repeats`` times: load from
+    other processes then hits all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times) * 1e3, statistics.median(times) * 1e3
+        for fn, out in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return [(min(t) * 1e3, statistics.median(t) * 1e3) for t in times]
 
 
 def baseline(problem_dir: Path, n: int):
@@ -112,7 +120,7 @@ def baseline(problem_dir: Path, n: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--unbatched", type=int, nargs="*", default=[])
     args = parser.parse_args()
 
@@ -130,11 +138,11 @@ def main() -> None:
             t = time.perf_counter()
             ours = sim.evaluate()
             first = time.perf_counter() - t
-            ours_ms = timed(sim.evaluate, args.repeats)
             fn, theta, data = baseline(Path(tmp), n)
             value, grad = jax.block_until_ready(fn(theta, data))
-            base_ms = timed(lambda f=fn, a=(theta, data): jax.block_until_ready(f(*a)),
-                            args.repeats)
+            ours_ms, base_ms = timed_together(
+                [sim.evaluate, lambda f=fn, a=(theta, data): jax.block_until_ready(f(*a))],
+                args.repeats)
             # same objective: compare values and gradients (mechanistic + network)
             g_ours = ours.grad
             diffs = [abs(float(value) - ours.value) / abs(float(value))]
