@@ -244,10 +244,14 @@ def test_plan_periods(problem_path):
     ("jax", {"sensitivity": "forward"}),
     ("jax", {"sensitivity": "reverse"}),
     ("jax", {"sensitivity": "forward", "batch_experiments": False}),
+    ("torch", {"sensitivity": "forward"}),
+    ("torch", {"sensitivity": "autograd"}),
 ])
 def test_steady_state_against_analytic(problem_path, backend, options):
-    sim = load_problem(problem_path, backend=backend).simulator(
-        cache=False, rtol=1e-10, atol=1e-10, **options)
+    if backend == "jax":
+        options = {**options, "cache": False}
+    sim = load_problem(problem_path, backend=backend).simulator(rtol=1e-10, atol=1e-10,
+                                                                **options)
     theta = THETA0.copy()
     w = sim.plan.w0.copy()
     for k, v in zip(("kf", "kr", "kr2", "a0"), theta[:4]):
@@ -275,11 +279,12 @@ def test_steady_state_against_analytic(problem_path, backend, options):
                                atol=1e-6)
 
 
-def test_never_settling_fails_cleanly(tmp_path):
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_never_settling_fails_cleanly(tmp_path, backend):
     """A period that cannot reach a steady state (x grows without bound when the
     network's slope is negative) ends in a failed solve: objective inf, not a hang."""
     path = write_problem(tmp_path / "p")
-    sim = load_problem(path, backend="jax").simulator(cache=False, max_steps=2000)
+    sim = load_problem(path, backend=backend).simulator(max_steps=2000)
     w = sim.plan.w0.copy()
     net = sim.plan.network("net1").arrays
     w[[s.offset for s in net if s.array == "weight"][0]] = -0.5
