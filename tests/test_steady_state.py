@@ -5,9 +5,10 @@ The problem (ours): ``dx/dt = k_in - net(x)`` with a 1-1 Linear network in the
 right-hand side (``net(x) = w x + b``: steady state ``(k_in - b) / w``), and ``A <-> B``
 (``kf A``, ``kr B``): a conservation law, so the steady state depends on the initial
 amount ``a0`` too (a Newton/implicit-function step alone could not give that gradient).
-Three experiments: steady-state measurements only; finite and ``inf`` times in one
+Four experiments: steady-state measurements only; finite and ``inf`` times in one
 period; a pre-equilibration period at ``-inf`` (``k_in = 1``) before a period at 0 that
-changes ``k_in`` and ``kr`` and is measured at finite times and at ``inf``.  Everything
+changes ``k_in`` and ``kr`` and is measured at finite times and at ``inf``; and two finite
+periods (batched with the pre-equilibrated one in JAX).  Everything
 has a closed form (exponential relaxation to the steady states); the reference gradient
 is the central difference of that closed form.
 """
@@ -109,6 +110,9 @@ MEASUREMENTS = [
     ("obs_x", "e_pre", 0.0, 1.1), ("obs_x", "e_pre", 0.5, 1.9), ("obs_x", "e_pre", 2.0, 3.0),
     ("obs_x", "e_pre", math.inf, 3.6), ("obs_a", "e_pre", 1.0, 1.0),
     ("obs_a", "e_pre", math.inf, 0.9), ("obs_b", "e_pre", 1.0, 0.8),
+    # two finite periods, solved in one batch with e_pre (one runs to steady state, one
+    # does not)
+    ("obs_x", "e_two", 0.5, 1.4), ("obs_x", "e_two", 1.5, 2.6), ("obs_a", "e_two", 2.0, 0.9),
 ]
 # estimated: kf, kr, kr2, a0 (parameter table order), then the network's w and b
 THETA0 = np.array([0.7, 0.4, 1.1, 1.5, 0.8, 0.1])
@@ -167,6 +171,8 @@ def write_problem(folder: Path) -> Path:
             e_mix	0	c1
             e_pre	-inf	c_pre
             e_pre	0	c_main
+            e_two	0	c1
+            e_two	1	c_main
             """,
         "mapping.tsv": """
             petabEntityId	modelEntityId
@@ -209,6 +215,9 @@ def analytic(theta: np.ndarray) -> tuple[float, np.ndarray]:
         "e_pre": lambda t: (x_at((1.0 - b) / w, 3.0, t),
                             a_at(total * kr / (kf + kr), kr2, t)),
     }
+    x1, a1 = x_at(X0, 2.0, 1.0), a_at(a0, kr, 1.0)   # e_two at its switch, t = 1
+    states["e_two"] = lambda t: ((x_at(X0, 2.0, t), a_at(a0, kr, t)) if t < 1.0 else
+                                 (x_at(x1, 3.0, t - 1.0), a_at(a1, kr2, t - 1.0)))
     sims, llh = [], 0.0
     for obs, exp, t, m in MEASUREMENTS:
         x, a = states[exp](t)
@@ -249,6 +258,7 @@ def test_plan_periods(problem_path):
     assert exps["e_pre"].periods[0].pre_equilibration
     assert exps["e_pre"].periods[0].start == 0.0 and exps["e_pre"].periods[1].start == 0.0
     assert exps["e_mix"].periods[0].times.tolist() == [0.5, 1.0, 2.0, math.inf]
+    assert [p.steady_state for p in exps["e_two"].periods] == [False, False]
 
 
 @pytest.mark.parametrize("backend, options", [
