@@ -14,14 +14,16 @@ Prints min / median ms per objective + gradient for ours and the baseline, ours 
 experiment, ours / baseline, and the largest relative difference between the two
 objective values and gradients (the same computation: it should be ~1e-9 or below).
 ``--unbatched`` also times our ``batch_experiments=False`` path at those sizes.
-Everything is measured in one run, ours and the baseline called in turn; CPU load from
-other processes inflates every figure.
+Everything is measured in one run (each size in a fresh process), ours and the baseline
+called in turn; CPU load from other processes inflates every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,11 +40,12 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 
 
 def timed_together(fns, repeats: int) -> list[tuple[float, float]]:
-    """(min, median) ms of each function, called in turn ``repeats`` times: load from
-    other processes then hits all of them alike."""
+    """(min, median) ms of each function, called in turn ``repeats`` times (the order
+    alternating): load from other processes then hits all of them alike."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, out in zip(fns, times):
+    for r in range(repeats):
+        order = list(zip(fns, times))
+        for fn, out in order if r % 2 == 0 else order[::-1]:
             t = time.perf_counter()
             fn()
             out.append(time.perf_counter() - t)
@@ -117,56 +120,69 @@ def baseline(problem_dir: Path, n: int):
     return jax.jit(jax.value_and_grad(nll)), theta, data
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--unbatched", type=int, nargs="*", default=[])
-    args = parser.parse_args()
-
+def measure(n: int, repeats: int, unbatched: bool) -> dict:
+    """One size: ours and the baseline, called in turn (the order alternating)."""
     import jax
 
     from petab_sciml import load_problem
     from tests.problems.scaled_lv import write_scaled_lv
 
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_scaled_lv(Path(tmp), n)
+        problem = load_problem(path, backend="jax")
+        sim = problem.simulator(cache=False)
+        t = time.perf_counter()
+        ours = sim.evaluate()
+        first = time.perf_counter() - t
+        fn, theta, data = baseline(Path(tmp), n)
+        value, grad = jax.block_until_ready(fn(theta, data))
+        ours_ms, base_ms = timed_together(
+            [sim.evaluate, lambda: jax.block_until_ready(fn(theta, data))], repeats)
+        # same objective: compare values and gradients (mechanistic + network)
+        g_ours = ours.grad
+        diffs = [abs(float(value) - ours.value) / abs(float(value))]
+        for k in ("alpha", "beta", "delta"):
+            i = sim.plan.mech_ids.index(k)
+            diffs.append(abs(float(grad[0][k]) - g_ours["mech"][i])
+                         / max(1.0, abs(float(grad[0][k]))))
+        for layer, arrays in grad[1].items():
+            for k, v in arrays.items():
+                ref = np.asarray(v)
+                diffs.append(float(np.max(np.abs(ref - g_ours["nets"]["net1"][layer][k])
+                                          / np.maximum(1.0, np.abs(ref)))))
+        unb = None
+        if unbatched:
+            usim = problem.simulator(cache=False, batch_experiments=False,
+                                     sensitivity=sim.executor.sensitivity)
+            usim.evaluate()
+            unb = timed(usim.evaluate, max(3, repeats // 2))
+        return {"ours": ours_ms, "base": base_ms, "diff": max(diffs),
+                "sensitivity": sim.executor.sensitivity, "first": first, "unbatched": unb}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--unbatched", type=int, nargs="*", default=[])
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        print(json.dumps(measure(args.worker, args.repeats, args.worker in args.unbatched)))
+        return
+    # each size in a fresh process: no compiled programs or memory of the other sizes
     rows = []
     for n in args.sizes:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = write_scaled_lv(Path(tmp), n)
-            problem = load_problem(path, backend="jax")
-            sim = problem.simulator(cache=False)
-            t = time.perf_counter()
-            ours = sim.evaluate()
-            first = time.perf_counter() - t
-            fn, theta, data = baseline(Path(tmp), n)
-            value, grad = jax.block_until_ready(fn(theta, data))
-            ours_ms, base_ms = timed_together(
-                [sim.evaluate, lambda f=fn, a=(theta, data): jax.block_until_ready(f(*a))],
-                args.repeats)
-            # same objective: compare values and gradients (mechanistic + network)
-            g_ours = ours.grad
-            diffs = [abs(float(value) - ours.value) / abs(float(value))]
-            for k in ("alpha", "beta", "delta"):
-                i = sim.plan.mech_ids.index(k)
-                diffs.append(abs(float(grad[0][k]) - g_ours["mech"][i])
-                             / max(1.0, abs(float(grad[0][k]))))
-            for layer, arrays in grad[1].items():
-                for k, v in arrays.items():
-                    ref = np.asarray(v)
-                    diffs.append(float(np.max(np.abs(ref - g_ours["nets"]["net1"][layer][k])
-                                              / np.maximum(1.0, np.abs(ref)))))
-            unb = None
-            if n in args.unbatched:
-                usim = problem.simulator(cache=False, batch_experiments=False,
-                                         sensitivity=sim.executor.sensitivity)
-                usim.evaluate()
-                unb = timed(usim.evaluate, max(3, args.repeats // 2))
-            rows.append((n, ours_ms, base_ms, max(diffs), sim.executor.sensitivity, first,
-                         unb))
-            print(f"{n} experiments: ours {ours_ms[0]:.1f} / {ours_ms[1]:.1f} ms "
-                  f"({sim.executor.sensitivity}, first call {first:.1f} s), baseline "
-                  f"{base_ms[0]:.1f} / {base_ms[1]:.1f} ms, max rel diff {max(diffs):.1e}",
-                  flush=True)
+        cmd = [sys.executable, __file__, "--worker", str(n), "--repeats", str(args.repeats),
+               "--unbatched", *map(str, args.unbatched)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        rows.append((n, r["ours"], r["base"], r["diff"], r["sensitivity"], r["first"],
+                     r["unbatched"]))
+        print(f"{n} experiments: ours {r['ours'][0]:.1f} / {r['ours'][1]:.1f} ms "
+              f"({r['sensitivity']}, first call {r['first']:.1f} s), baseline "
+              f"{r['base'][0]:.1f} / {r['base'][1]:.1f} ms, max rel diff {r['diff']:.1e}",
+              flush=True)
     one = next((r[1][0] for r in rows if r[0] == 1), None)
     one_base = next((r[2][0] for r in rows if r[0] == 1), None)
     print()
