@@ -236,7 +236,8 @@ def test_upgrade_refuses_a_network_input_that_differs_between_conditions(tmp_pat
 
 
 def test_preequilibration_becomes_a_period_at_minus_infinity(tmp_path):
-    """And validate says what loading would: the simulators have no pre-equilibration."""
+    """And the result validates and loads: a pre-equilibration period, then the
+    simulation condition from 0."""
     problem = _copy("how_to_neural_ode", tmp_path / "old")
     folder = problem.parent
     rows = _rows(folder / "measurements.tsv")
@@ -252,12 +253,11 @@ def test_preequilibration_becomes_a_period_at_minus_infinity(tmp_path):
         {"experimentId": "experiment_cond1_cond1", "time": "-inf", "conditionId": "cond1"},
         {"experimentId": "experiment_cond1_cond1", "time": "0", "conditionId": "cond1"}]
     report = validate_problem(result.problem, libpetab=False)
-    (issue,) = report.issues.errors
-    assert issue.code == "SIMULATION_UNSUPPORTED" and "pre-equilibration" in issue.message
-    from petab_sciml.simulation import SimulationError
-
-    with pytest.raises(SimulationError, match="pre-equilibration"):
-        load_problem(result.problem, backend="torch")
+    assert not report.issues.errors, report.issues.errors
+    plan = load_problem(result.problem, backend="jax").plan
+    (experiment,) = plan.experiments
+    assert [(p.pre_equilibration, p.steady_state, p.start) for p in experiment.periods] == [
+        (True, True, 0.0), (False, False, 0.0)]
 
 
 def test_measurements_keep_their_values_exactly(upgraded):

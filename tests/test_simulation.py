@@ -341,12 +341,14 @@ def test_unsupported_sbml_fails_at_load(decay_problem, tmp_path):
         load_problem(folder / "problem.yaml", backend="torch")
 
 
-def test_steady_state_period_fails_at_load(decay_problem, tmp_path):
+def test_period_at_plus_infinity_fails_at_load(decay_problem, tmp_path):
+    """-inf is pre-equilibration (tests/test_steady_state.py); a period cannot start at
+    +inf."""
     from petab_sciml.simulation import SimulationError
 
     folder = tmp_path / "preeq"
     shutil.copytree(decay_problem.parent, folder)
-    text = (folder / "experiments.tsv").read_text() + "e2\t-inf\tc0\n"
+    text = (folder / "experiments.tsv").read_text() + "e2\tinf\tc0\n"
     (folder / "experiments.tsv").write_text(text)
-    with pytest.raises(SimulationError, match="pre-equilibration"):
+    with pytest.raises(SimulationError, match="cannot start at time inf"):
         load_problem(folder / "problem.yaml", backend="torch")

@@ -5,7 +5,8 @@
   (implicit) for stiff models), saving at the measurement times
   (``SaveAt(ts=...)``), no interpolation afterwards.
 * Experiments with the same number of periods are solved together with ``jax.vmap``
-  (measurement times padded to a common length; padded points are never read).
+  (measurement times padded to a common length; padded points are never read);
+  ``batch_experiments=False`` solves them one after another (``lax.map``).
 * Pre-initialization networks run once per initial-condition group, before the solve;
   simulation networks run inside the right-hand side and at the measurement points.
 * Everything the objective depends on is an *argument* of the jitted function (the
@@ -23,8 +24,9 @@
   - ``"adjoint"``: continuous adjoint (``BacksolveAdjoint``), O(1) memory in steps;
   - ``"forward-ad"``: forward-mode AD through the solver, one tangent per free
     parameter;
-  - ``"auto"`` (default): ``forward`` up to :data:`FORWARD_MODE_MAX` parameters with
-    explicit solvers, ``reverse`` otherwise (and always with implicit solvers).
+  - ``"auto"`` (default): ``forward`` up to :data:`FORWARD_MODE_MAX` parameters times
+    experiments in the largest batch with explicit solvers, ``reverse`` otherwise (and
+    always with implicit solvers).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 FORWARD_MODE_MAX = 512
 """``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
-``theta`` and network arrays), reverse mode above."""
+``theta`` and network arrays) times experiments solved in one batch, reverse mode above."""
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 """XLA options of the objective's compilation below :data:`LARGE_NETWORK_PARAMETERS`: the
@@ -114,14 +116,23 @@ class JaxOptions:
     state (states, step-size controller, outputs saved so far), never the network's
     arrays: with few states, memory does not depend on this number or on the network's
     size (see docs/simulation.md); fewer checkpoints than steps recompute steps."""
+    batch_experiments: bool = True
+    """Solve experiments of the same structure as one batched (``vmap``) solve; False
+    solves them one after another (``lax.map``): the unbatched reference path."""
 
-    def resolved_sensitivity(self, n_parameters: int) -> str:
+    def resolved_sensitivity(self, n_parameters: int, n_batch: int = 1) -> str:
+        """``n_batch``: the most experiments solved together in one batched solve."""
         if self.sensitivity == "auto":
             if self.solver.lower().startswith("kvaerno"):
                 # an implicit solver on the sensitivity system would run Newton on
                 # n_x * (n_x + n_p) unknowns: differentiate through the solver instead
                 return "reverse"
-            return "forward" if n_parameters <= FORWARD_MODE_MAX else "reverse"
+            # forward sensitivities cost n_p tangents per experiment and step, reverse
+            # mode a fixed tape overhead: with many experiments batched, reverse wins
+            # (Lotka-Volterra UDE, 60 parameters: 10 experiments 14 ms forward, 8 ms
+            # reverse; 100 experiments 170 ms and 27 ms)
+            n_batch = n_batch if self.batch_experiments else 1
+            return "forward" if n_parameters * n_batch <= FORWARD_MODE_MAX else "reverse"
         return self.sensitivity
 
 
@@ -155,10 +166,18 @@ class JaxExecutor:
         if self.options.sensitivity not in SENSITIVITIES:
             raise SimulationError(f"unknown sensitivity {self.options.sensitivity!r}; use "
                                   f"{', '.join(SENSITIVITIES)}")
+        by_periods: dict[int, int] = {}
+        for exp in plan.experiments:
+            by_periods[len(exp.periods)] = by_periods.get(len(exp.periods), 0) + 1
         self.sensitivity = self.options.resolved_sensitivity(
-            len(plan.theta_ids) + plan.n_w)
+            len(plan.theta_ids) + plan.n_w, max(by_periods.values(), default=1))
         self.compiler_options = compiler_options(plan.n_w, self.sensitivity)
         """XLA options of the compiled objective (:func:`compiler_options`)."""
+        self.steady_state = any(p.steady_state for e in plan.experiments for p in e.periods)
+        """Some period runs to steady state (the solves then carry a steady-state event)."""
+        if self.steady_state and self.sensitivity == "adjoint":
+            raise SimulationError("sensitivity='adjoint' cannot stop at a steady state "
+                                  "(pre-equilibration, time = inf); use forward or reverse")
         self.fns = compile_plan(plan, "jax")
         self._forwards = self._networks()
         self._train_forwards: dict[int, Any] = {}
@@ -272,6 +291,7 @@ class JaxExecutor:
             st_t = np.full((E, P, K2), n_x, np.int64)
             st_s = np.zeros((E, P, K2), np.int64)
             group = np.zeros(E, np.int64)
+            t_inf = np.zeros((E, P, N), bool)
             for i, e in enumerate(exps):
                 exp = plan.experiments[e]
                 group[i] = exp.group
@@ -279,6 +299,12 @@ class JaxExecutor:
                     starts[i, k], ends[i, k] = p.start, p.end
                     ts[i, k, :] = p.end
                     ts[i, k, : len(p.times)] = p.times
+                    if p.steady_state:
+                        # steady-state (inf) points read the end state; the solver saves
+                        # there at the last finite time (or the start) instead
+                        t_inf[i, k] = ~np.isfinite(ts[i, k])
+                        finite = p.times[np.isfinite(p.times)]
+                        ts[i, k, t_inf[i, k]] = finite[-1] if finite.size else p.start
                     for c, (ti, ci) in enumerate(p.theta_changes):
                         th_t[i, k, c], th_s[i, k, c] = ti, ci
                     for c, (xi, ci) in enumerate(p.state_changes):
@@ -289,6 +315,8 @@ class JaxExecutor:
             d.update({f"b{b}_start": starts, f"b{b}_end": ends, f"b{b}_ts": ts,
                       f"b{b}_th_tgt": th_t, f"b{b}_th_src": th_s, f"b{b}_st_tgt": st_t,
                       f"b{b}_st_src": st_s, f"b{b}_group": group})
+            if self.steady_state:
+                d[f"b{b}_tinf"] = t_inf
             self.batches.append((P, exps, N))
             x_offset += E * P * N
             th_offset += E * P
@@ -325,6 +353,21 @@ class JaxExecutor:
         if self.sensitivity == "forward-ad":
             d["free"] = plan.free_index
         d["mech_theta"] = plan.mech_theta_index
+        # condition changes: numbers in a table, formulas compiled on their own
+        exprs = plan.change_exprs
+        numeric = [bool(getattr(e, "is_number", False)) for e in exprs]
+        d["chg_const"] = np.array([float(e) if n else 0.0 for e, n in zip(exprs, numeric)],
+                                  np.float64).reshape(-1)
+        d["chg_formula"] = ~np.array(numeric, bool).reshape(-1)
+        d["chg_pos"] = np.maximum(np.cumsum(d["chg_formula"]) - 1, 0).astype(np.int64)
+        formulas = [e for e, n in zip(exprs, numeric) if not n]
+        self._change_formulas = None
+        if formulas:
+            from petab_sciml.expressions import compile_expressions
+
+            self._change_formulas = compile_expressions(
+                formulas, plan.groups(), backend="jax", name="change_formulas",
+                broadcast=False)
         return d
 
     # ------------------------------------------------------------------ the model
@@ -363,13 +406,14 @@ class JaxExecutor:
                      if inp.kind == "array"} for j, net in enumerate(plan.networks)]
 
         has_changes = len(plan.change_exprs) > 0
+        change_values = self._change_values(data)
 
         def group_fn(t0, tgt, src, arrays):
             outs = empty_outs()
             theta = theta_base
             if has_changes:
-                vals = fns.changes(t0, zeros_x, theta_base, *outs)
-                theta = theta_base.at[tgt].set(vals[src], mode="drop")
+                vals = change_values(t0, zeros_x, theta_base, outs, src)
+                theta = theta_base.at[tgt].set(vals, mode="drop")
             for j, net in enumerate(plan.networks):
                 if net.pre_initialization:
                     outs[j] = self._net_out(j, t0, zeros_x, theta, outs, arrays, nets,
@@ -388,7 +432,7 @@ class JaxExecutor:
         solve = self._period_solver(rhs_nets, pre_ids, n_out, theta0.size, nets)
         xs_all, th_all, ok_all = [], [], []
         for b, (P, exps, _) in enumerate(self.batches):
-            def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, P=P):
+            def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, t_inf=None, P=P):
                 theta = theta_g[group]
                 outs = empty_outs()
                 for i, j in enumerate(pre_ids):
@@ -397,15 +441,19 @@ class JaxExecutor:
                 t0 = start[0]
                 x = fns.x0(t0, theta, *outs)
                 if has_changes:
-                    vals = fns.changes(t0, x, theta, *outs)
-                    x = x.at[st_t[0]].set(vals[st_s[0]], mode="drop")
+                    vals = change_values(t0, x, theta, outs, st_s[0])
+                    x = x.at[st_t[0]].set(vals, mode="drop")
                 ys, thetas, oks = [], [], []
                 for k in range(P):
                     if k > 0 and has_changes:
-                        vals = fns.changes(start[k], x, theta, *outs)
-                        theta = theta.at[th_t[k]].set(vals[th_s[k]], mode="drop")
-                        x = x.at[st_t[k]].set(vals[st_s[k]], mode="drop")
+                        vals = change_values(start[k], x, theta, outs,
+                                             jnp.concatenate([th_s[k], st_s[k]]))
+                        n_th = th_s.shape[1]
+                        theta = theta.at[th_t[k]].set(vals[:n_th], mode="drop")
+                        x = x.at[st_t[k]].set(vals[n_th:], mode="drop")
                     y, x, good = solve(x, theta, outs, arrays, start[k], end[k], ts[k])
+                    if t_inf is not None:   # steady-state measurements: the end state
+                        y = jnp.where(t_inf[k][:, None], x[None, :], y)
                     ys.append(y)
                     thetas.append(theta)
                     oks.append(good)
@@ -414,7 +462,12 @@ class JaxExecutor:
             batch = (data[f"b{b}_start"], data[f"b{b}_end"], data[f"b{b}_ts"],
                      data[f"b{b}_th_tgt"], data[f"b{b}_th_src"], data[f"b{b}_st_tgt"],
                      data[f"b{b}_st_src"], data[f"b{b}_group"])
-            ys, ths, ok = _map(experiment, batch, len(exps))
+            if self.steady_state:
+                batch = (*batch, data[f"b{b}_tinf"])
+            if self.options.batch_experiments:
+                ys, ths, ok = _map(experiment, batch, len(exps))
+            else:
+                ys, ths, ok = jax.lax.map(lambda a: experiment(*a), batch)
             xs_all.append(ys.reshape(len(exps) * P * ys.shape[2], n_x))
             th_all.append(ths.reshape(len(exps) * P, theta0.size))
             ok_all.append(jnp.all(ok))
@@ -465,6 +518,27 @@ class JaxExecutor:
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
+    def _change_values(self, data):
+        """``values(t, x, theta, outs, index)``: the condition changes ``index`` (an int
+        array into ``plan.change_exprs``).  Changes that are numbers are read from a
+        table; only the formulas are evaluated (all of them, once per call).  With one
+        condition per experiment, evaluating every change for every experiment would
+        cost experiments squared."""
+        import jax.numpy as jnp
+
+        formulas = self._change_formulas
+        const, pos, is_formula = (data["chg_const"], data["chg_pos"],
+                                  data["chg_formula"])
+
+        def values(t, x, theta, outs, index):
+            vals = const[index]
+            if formulas is not None:
+                computed = formulas(t, x, theta, *outs)
+                vals = jnp.where(is_formula[index], computed[pos[index]], vals)
+            return vals
+
+        return values
+
     # ------------------------------------------------------------------ ODE solves
     def _period_solver(self, rhs_nets, pre_ids, n_out, n_theta, nets):
         """``solve(x0, theta, outs, arrays, t0, t1, ts) -> (x(ts), x(t1), ok)``.
@@ -496,7 +570,27 @@ class JaxExecutor:
             return diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
 
         def ok_of(sol):
-            return sol.result == diffrax.RESULTS.successful
+            # a steady-state event ends a solve successfully too
+            return (sol.result == diffrax.RESULTS.successful) | \
+                (sol.result == diffrax.RESULTS.event_occurred)
+
+        def steady(rates, t1, ts):
+            """The steady-state event of a period ending at ``t1 = inf`` (None when no
+            period of the plan runs to steady state): past the last finite measurement
+            time ``ts[-1]``, stop once every ``rates(t, y, args) -> [(dy/dt, y), ...]``
+            has a weighted RMS norm below 1 (AMICI's check, with ``atol`` and ``rtol``)."""
+            if not self.steady_state:
+                return None
+
+            def cond(t, y, args, **kwargs):
+                del kwargs
+                done = jnp.isinf(t1) & (t >= ts[-1])
+                for rate, value in rates(t, y, args):
+                    scale = opts.atol + opts.rtol * jnp.abs(value)
+                    done = done & (jnp.sqrt(jnp.mean((rate / scale) ** 2)) < 1.0)
+                return done
+
+            return diffrax.Event(cond)
 
         if self.sensitivity != "forward":
             controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
@@ -510,10 +604,11 @@ class JaxExecutor:
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
+                event = steady(lambda t, x, a: [(field(t, x, *a), x)], t1, ts)
                 sol = diffrax.diffeqsolve(
                     term, solver, t0, t1, None, x0, (theta, outs, arrays, nets),
                     saveat=save(ts), stepsize_controller=controller,
-                    max_steps=opts.max_steps, adjoint=adjoint, throw=False)
+                    max_steps=opts.max_steps, adjoint=adjoint, throw=False, event=event)
                 return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
             return solve
@@ -610,10 +705,11 @@ class JaxExecutor:
 
         @jax.custom_vjp
         def core(x0, p, arrays, outs_template, t0, t1, ts):
+            event = steady(lambda t, x, a: [(field_p(t, x, *a), x)], t1, ts)
             sol = diffrax.diffeqsolve(
                 plain_term, lax_solver, t0, t1, None, x0, (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
-                adjoint=lax_loop, throw=False)
+                adjoint=lax_loop, throw=False, event=event)
             return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
         def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
@@ -622,10 +718,17 @@ class JaxExecutor:
                     lambda a: jnp.zeros((n_x,) + a.shape, x0.dtype), p))
             else:
                 s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+
+            def rates(t, y, a):   # states and sensitivities must both settle (AMICI)
+                fx, ds = aug(t, y, a)
+                # S is one matrix, or one block per network array for large networks
+                return [(fx, y[0])] + list(zip(jax.tree_util.tree_leaves(ds),
+                                               jax.tree_util.tree_leaves(y[1])))
+
             sol = diffrax.diffeqsolve(
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
-                adjoint=lax_loop, throw=False)
+                adjoint=lax_loop, throw=False, event=steady(rates, t1, ts))
             (ys, s_ts), (y1, s1) = sol.ys
             out = (ys, y1[-1], ok_of(sol))
             return out, (s_ts, first(s1), arrays, outs_template, t0, t1, ts)

@@ -42,6 +42,8 @@ SYMBOLIC_JACOBIAN_MAX = 20_000
 FORWARD_METHODS = ("dopri5", "dopri8")
 TORCHDIFFEQ_METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
 FLOAT32_TOLERANCE = 1e-5
+STEADY_STATE_DOUBLINGS = 60
+"""A steady-state period gives up (a failed solve) after horizons 1, 2, ..., 2**59."""
 """Smallest ``rtol``/``atol`` used when the problem runs in float32 (tighter tolerances
 are below float32's resolution and make the step size collapse)."""
 
@@ -204,18 +206,26 @@ class TorchExecutor:
             for k, p in enumerate(exp.periods):
                 key = f"e{e}p{k}"
                 times = np.asarray(p.times, np.float64)
-                padded = np.full(self.n_out_max, p.end, np.float64)
-                padded[: times.size] = np.clip(times, p.start, p.end)
+                n_times = int(times.size)
+                end = p.end
+                if p.steady_state:
+                    # integrate to the last finite time here; _solve_steady goes on to
+                    # the steady state, where the inf points are read
+                    times = times[np.isfinite(times)]
+                    end = float(times[-1]) if times.size else p.start
+                padded = np.full(self.n_out_max, end, np.float64)
+                padded[: times.size] = np.clip(times, p.start, end)
                 d[f"{key}_ts"] = padded
-                d[f"{key}_grid"] = np.array(sorted({p.start, p.end, *times.tolist()}))
-                d[f"{key}_where"] = np.array([sorted({p.start, p.end, *times.tolist()})
+                d[f"{key}_grid"] = np.array(sorted({p.start, end, *times.tolist()}))
+                d[f"{key}_where"] = np.array([sorted({p.start, end, *times.tolist()})
                                               .index(x) for x in times.tolist()], np.int64)
                 d[f"{key}_th_t"] = np.array([a for a, _ in p.theta_changes], np.int64)
                 d[f"{key}_th_s"] = np.array([b for _, b in p.theta_changes], np.int64)
                 d[f"{key}_st_t"] = np.array([a for a, _ in p.state_changes], np.int64)
                 d[f"{key}_st_s"] = np.array([b for _, b in p.state_changes], np.int64)
-                per.append({"key": key, "start": float(p.start), "end": float(p.end),
-                            "n_times": int(times.size)})
+                per.append({"key": key, "start": float(p.start), "end": float(end),
+                            "n_times": int(times.size), "steady": p.steady_state,
+                            "n_inf": n_times - int(times.size)})
             self.periods.append(per)
         m = plan.measurements
         offsets, th_offsets, x_off, th_off = {}, {}, 0, 0
@@ -584,6 +594,51 @@ class TorchExecutor:
     # ------------------------------------------------------------------ ODE solves
     def _solve(self, x0, theta, outs, arrays, period, d, w, params):
         """One period: ``(x at its measurement times, x at its end, ok)``."""
+        if period["steady"]:
+            return self._solve_steady(x0, theta, outs, arrays, period, d, w, params)
+        return self._solve_span(x0, theta, outs, arrays, period, d, w, params)
+
+    def _solve_steady(self, x0, theta, outs, arrays, period, d, w, params):
+        """A period that runs to steady state: its finite times first, then horizons of
+        1, 2, 4, ... time units until the weighted RMS of ``dx/dt`` (``atol``, ``rtol``:
+        AMICI's criterion) is below 1 at a horizon's end; ``inf`` points read the state
+        there.  Gradients flow through every piece (the simulation itself, as in the
+        JAX backend).  Not settled after :data:`STEADY_STATE_DOUBLINGS` horizons, or a
+        failed piece: ``ok`` is False."""
+        xs, x, ok = self._solve_span(x0, theta, outs, arrays, period, d, w, params)
+        opts = self.options
+        pieces = [theta] + [outs[j] for j in self.pre_ids]
+        pieces += [w[base: base + size] for _, _, base, size in self.p_nets]
+        p = torch.cat(pieces).detach() if pieces else w.new_zeros((0,))
+        rhs_arrays = [arrays[j] if j in self.rhs_nets else {} for j in range(len(arrays))]
+        t, horizon = period["end"], 1.0
+        for _ in range(STEADY_STATE_DOUBLINGS):
+            if not bool(ok):
+                break
+            with torch.no_grad():
+                rate = self._field_p(w.new_tensor(t), x.detach(), p, rhs_arrays,
+                                     functional=False)
+                scale = opts.atol + opts.rtol * x.detach().abs()
+                if float(torch.sqrt(torch.mean((rate / scale) ** 2))) < 1.0:
+                    break
+            piece = {"key": None, "start": t, "end": t + horizon, "n_times": 1}
+            _, x, good = self._solve_span(x, theta, outs, arrays, piece, d, w, params)
+            ok = ok & good
+            t, horizon = t + horizon, 2.0 * horizon
+        else:
+            ok = torch.zeros_like(ok)
+        n_x = x.shape[0]
+        return torch.cat([xs, x.unsqueeze(0).expand(period["n_inf"], n_x)]), x, ok
+
+    def _solve_span(self, x0, theta, outs, arrays, period, d, w, params):
+        """``period`` from its start to its (finite) end; ``key`` None: no stored time
+        grid, the one output is at the end."""
+        if period["key"] is None:
+            end = w.new_tensor([period["end"]])
+            d = {**d, "None_ts": end, "None_grid": w.new_tensor([period["start"],
+                                                                 period["end"]]),
+                 "None_where": torch.ones(1, dtype=torch.int64, device=w.device)}
+            period = {**period, "key": "None"}
         if self.options.sensitivity != "forward":
             return self._solve_torchdiffeq(x0, theta, outs, arrays, period, d, w, params)
         key = period["key"]

@@ -235,8 +235,9 @@ _RULE_LIST = [
     Rule("MODEL_UNSUPPORTED", _E, "tool", "The model uses only the SBML subset the simulators "
          "support (docs/sbml.md); loading refuses other constructs, naming the element."),
     Rule("SIMULATION_UNSUPPORTED", _E, "tool", "The simulation plan that loading builds can be "
-         "built: no PEtab feature the simulators do not support (pre-equilibration, ...) and "
-         "no inconsistency between the model and the tables."),
+         "built: no PEtab feature the simulators do not support (a first-period parameter "
+         "change that reads a state, ...) and no inconsistency between the model and the "
+         "tables."),
     Rule("FORMULA_INVALID", _E, "petab", "Formulas (observable and noise formulas, "
          "hybridization and condition values) are valid PEtab math (parsed as loading parses "
          "them, when the simulation plan is built)."),

@@ -53,7 +53,9 @@ class Simulator:
     ``options`` go to the backend's executor (``Backend.executor``): JAX ``solver``
     (``tsit5``, ``dopri5``, ``dopri8``, ``kvaerno3/4/5`` for stiff models), ``rtol``,
     ``atol``, ``max_steps``,
-    ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``); PyTorch
+    ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``),
+    ``batch_experiments`` (default True: experiments of one structure in one vmapped
+    solve; False: one after another); PyTorch
     ``method`` (``dopri5``, ...), ``rtol``, ``atol``, ``adjoint``, ``max_steps``.  JAX
     also takes ``cache`` (True/False) and ``cache_dir`` for the cross-process cache.
     """

@@ -134,7 +134,16 @@ class PeriodPlan:
     state_changes: list[tuple[int, int]]
     """(state index, change index)."""
     times: np.ndarray
-    """Sorted unique measurement times in this period (may be empty)."""
+    """Sorted unique measurement times in this period (may be empty; ``inf`` last: a
+    steady-state measurement)."""
+    steady_state: bool = False
+    """The period runs to steady state (``end`` is ``inf``): a pre-equilibration period
+    (experiment table time ``-inf``; it starts at the next period's start time, or 0),
+    or a last period with measurements at ``time = inf``.  The solve goes past the last
+    finite measurement time until the weighted RMS of ``dx/dt`` (and, with forward
+    sensitivities, of ``dS/dt``) with the solver's ``atol`` and ``rtol`` drops below 1,
+    as AMICI's convergence check; ``inf`` measurements read the state there."""
+    pre_equilibration: bool = False
 
 
 @dataclass
@@ -612,10 +621,9 @@ class _Builder:
             eid = row["experimentId"]
             text = row["time"].strip().lower()
             time = float(text) if text else 0.0
-            if math.isinf(time):
-                self.fail(f"experiment {eid!r}: a period at time {row['time']} "
-                          "(pre-equilibration to steady state) is not supported by the "
-                          "simulators", entry=f"{table.file}:{row.line}")
+            if time == math.inf:
+                self.fail(f"experiment {eid!r}: a period cannot start at time inf (use "
+                          "-inf for pre-equilibration)", entry=f"{table.file}:{row.line}")
             plist = periods.setdefault(eid, [])
             cids = [c.strip() for c in row["conditionId"].split(";") if c.strip()]
             for start, conds in plist:
@@ -674,9 +682,8 @@ class _Builder:
                 self.fail(f"unknown observable {oid!r}", entry=where)
             t_text = row["time"].strip().lower()
             time = float(t_text)
-            if math.isinf(time):
-                self.fail("steady-state measurements (time inf) are not supported by the "
-                          "simulators", entry=where)
+            if time == -math.inf:
+                self.fail("a measurement at time -inf", entry=where)
             eid = row["experimentId"]
             records.append((eid, time, oid, float(row["measurement"]), row, where))
             rows.append(dict(row.cells))
@@ -698,14 +705,27 @@ class _Builder:
                 raw = [(0.0, [])]
             times = [t for e, t, *_ in records if e == eid]
             t_end = max(times)
-            if min(times) < raw[0][0]:
+            pre_eq = raw[0][0] == -math.inf
+            if len(raw) > 2 and raw[1][0] == -math.inf:
+                self.fail(f"experiment {eid!r} has several periods at time -inf",
+                          entry="experiments")
+            first = raw[1][0] if pre_eq and len(raw) > 1 else 0.0 if pre_eq else raw[0][0]
+            if min(times) < first and not (pre_eq and len(raw) == 1):
                 self.fail(f"experiment {eid!r} has measurements before its first period "
-                          f"(t0 = {raw[0][0]})", entry="measurements")
+                          f"(t0 = {first})", entry="measurements")
+            if pre_eq and len(raw) == 1 and any(math.isfinite(t) for t in times):
+                self.fail(f"experiment {eid!r} has only a pre-equilibration period: its "
+                          "measurements must be at time inf", entry="measurements")
             periods: list[PeriodPlan] = []
             for k, (start, conds) in enumerate(raw):
                 end = raw[k + 1][0] if k + 1 < len(raw) else max(t_end, start)
                 in_period = sorted({t for t in times
                                     if start <= t and (t < end or k + 1 == len(raw))})
+                pre = k == 0 and pre_eq
+                if pre:
+                    start = first
+                    end = math.inf
+                    in_period = [math.inf] if len(raw) == 1 else []
                 theta_changes, state_changes = [], []
                 for cid in conds:
                     for kind, index, chg in self.condition_changes.get(cid, []):
@@ -713,7 +733,9 @@ class _Builder:
                             (index, chg))
                 periods.append(PeriodPlan(float(start), float(end), tuple(conds),
                                           theta_changes, state_changes,
-                                          np.array(in_period, np.float64)))
+                                          np.array(in_period, np.float64),
+                                          steady_state=end == math.inf,
+                                          pre_equilibration=pre))
             key = tuple(sorted(raw[0][1]))
             if key not in group_index:
                 group_index[key] = len(groups)
@@ -749,6 +771,8 @@ class _Builder:
             k = max(j for j, p in enumerate(exp.periods) if p.start <= time)
             if k + 1 < len(exp.periods) and time >= exp.periods[k + 1].start:
                 k += 1
+            if exp.periods[k].pre_equilibration and len(exp.periods) > 1:
+                k = 1   # the pre-equilibration period starts where period 1 does
             times = exp.periods[k].times
             exp_a[i], per_a[i] = e, k
             tix_a[i] = int(np.searchsorted(times, time))
