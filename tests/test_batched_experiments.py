@@ -20,7 +20,8 @@ pytest.importorskip("diffrax")
 @pytest.fixture(autouse=True, scope="module")
 def _restore_x64():
     """The JAX executor switches on float64 for the whole process; give the flag back
-    afterwards (tests/test_equinox_file.py, which runs next, expects it off)."""
+    afterwards (float32 JAX code elsewhere, e.g. tests/test_equinox_file.py, is
+    sensitive to it)."""
     import jax
 
     previous = bool(jax.config.jax_enable_x64)
