@@ -15,6 +15,7 @@ PY_VERSION := $(shell $(PYTHON_EXE) -c 'import sys; print("%d.%d" % sys.version_
 VENV ?= $(if $(filter python3,$(PYTHON)),.venv,.venv-$(PY_VERSION))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: setup demo cases test bench clean
 
@@ -23,17 +24,28 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# The demo needs only JAX, SBML and the fit extra (no PyTorch): a quicker first install.
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	@test -n "$(PY_VERSION)" || { echo "no Python interpreter for PYTHON=$(PYTHON)"; exit 1; }
+	$(PYTHON_EXE) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[jax,sbml,fit]'
+	touch $(DEMO_STAMP)
 
 setup: $(STAMP)
 
 EXAMPLE := examples/lotka_volterra_ude
 
-demo: $(STAMP)
+DEMO_OUT ?= demo_fit
+
+demo: $(DEMO_STAMP)
 	$(BIN)/petab-sciml validate $(EXAMPLE)/problem.yaml
-	$(BIN)/petab-sciml info $(EXAMPLE)/problem.yaml
-	$(BIN)/python $(EXAMPLE)/train.py --backend jax
-	$(BIN)/petab-sciml test-cases run test_cases --backend all
+	$(BIN)/petab-sciml fit $(EXAMPLE)/problem.yaml --starts 4 --steps 1000 --lr 0.02 \
+		--out $(DEMO_OUT) --force
+	$(BIN)/python $(EXAMPLE)/report.py $(DEMO_OUT)
+	@echo "plots: $(DEMO_OUT)/plots/  trained problem: $(DEMO_OUT)/best/problem.yaml"
 
 cases: $(STAMP)
 	$(BIN)/petab-sciml test-cases run --backend all

@@ -4,8 +4,10 @@ A start point is a full parameter vector ``w`` of a
 :class:`~petab_sciml.simulation.plan.SimulationPlan` (linear scale, entries the problem
 does not estimate at their nominal values), drawn as follows:
 
-* an estimated mechanistic parameter with a prior (``priorDistribution``) is drawn from
-  that prior truncated to its bounds (``parameterScale*`` priors on the parameter's
+* an estimated mechanistic parameter with an initialization prior (the optional columns
+  ``initializationPriorType`` / ``initializationPriorParameters`` of PEtab v1, read by
+  :func:`initialization_priors`) or else a prior (``priorDistribution``) is drawn from
+  that distribution truncated to its bounds (``parameterScale*`` ones on the parameter's
   ``parameterScale``, the others on its linear value);
 * one without a prior is drawn uniformly within its bounds on its ``parameterScale``
   (``log``/``log10``: log-uniformly); such a parameter needs finite bounds there;
@@ -20,7 +22,7 @@ whichever other starts are drawn, in whichever process.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,34 +34,44 @@ from petab_sciml.simulation.scales import from_scale
 __all__ = ["start_point", "start_points"]
 
 MechBounds = tuple[Sequence[float], Sequence[float]] | None
+InitPriors = Mapping[int, tuple[Any, str]] | None
+"""``{mechanistic index: (prior, scale it applies on)}``: start distributions that
+replace the parameter table's priors (see :func:`initialization_priors`)."""
 
 _MIN_MASS = 1e-9
 """Smallest prior mass within the bounds that rejection sampling accepts."""
 
 
 def start_points(plan: SimulationPlan, n: int, *, seed: int = 0, first: int = 0,
-                 backend: str = "jax", mech_bounds: MechBounds = None) -> np.ndarray:
+                 backend: str = "jax", mech_bounds: MechBounds = None,
+                 init_priors: InitPriors = None) -> np.ndarray:
     """Starts ``first .. first + n - 1`` of ``seed``: an ``(n, plan.n_w)`` float64 array
     of full parameter vectors ``w`` (linear scale); see :func:`start_point`."""
     return np.stack([start_point(plan, first + k, seed=seed, backend=backend,
-                                 mech_bounds=mech_bounds)
+                                 mech_bounds=mech_bounds, init_priors=init_priors)
                      for k in range(n)]) if n > 0 else np.zeros((0, plan.n_w))
 
 
 def start_point(plan: SimulationPlan, k: int, *, seed: int = 0, backend: str = "jax",
-                mech_bounds: MechBounds = None) -> np.ndarray:
+                mech_bounds: MechBounds = None, init_priors: InitPriors = None,
+                attempt: int = 0) -> np.ndarray:
     """Start ``k`` of ``seed`` (``w``, float64, linear scale; see the module docstring).
 
     ``mech_bounds``, two arrays of ``plan.n_mech`` linear values, narrow the range the
     mechanistic parameters are drawn from (intersected with their bounds): the
     initialization bounds of optimizers such as pyPESTO's ``lb_init``/``ub_init``.
+    ``init_priors`` replace the priors of the parameters they name.  ``attempt > 0``
+    draws another start point for the same ``k`` (to replace one whose objective is not
+    finite), again reproducibly.
     """
     from petab_sciml.plugins import get_backend
 
-    mech_seq, net_seq = np.random.SeedSequence(seed, spawn_key=(k,)).spawn(2)
+    key = (k,) if attempt == 0 else (k, attempt)
+    mech_seq, net_seq = np.random.SeedSequence(seed, spawn_key=key).spawn(2)
     w = plan.w0.astype(np.float64).copy()
     free = plan.free_mask()
-    w[: plan.n_mech] = _mechanistic(plan, np.random.default_rng(mech_seq), mech_bounds)
+    w[: plan.n_mech] = _mechanistic(plan, np.random.default_rng(mech_seq), mech_bounds,
+                                    init_priors)
     impl = get_backend(backend)
     net_seeds = net_seq.generate_state(max(len(plan.networks), 1))
     for net_seed, net in zip(net_seeds, plan.networks):
@@ -77,9 +89,10 @@ def start_point(plan: SimulationPlan, k: int, *, seed: int = 0, backend: str = "
 
 
 def _mechanistic(plan: SimulationPlan, rng: np.random.Generator,
-                 mech_bounds: MechBounds) -> np.ndarray:
+                 mech_bounds: MechBounds, init_priors: InitPriors = None) -> np.ndarray:
     prior_of = {int(i): (prior, scale) for prior, idx, _, _, scale in plan.priors
                 for i in idx if i < plan.n_mech}
+    prior_of.update(init_priors or {})
     scales = plan.mech_scale or ("lin",) * plan.n_mech
     out = np.empty(plan.n_mech)
     for i, pid in enumerate(plan.mech_ids):
@@ -158,3 +171,42 @@ def _draw(rng: np.random.Generator, prior: Any, n: int) -> np.ndarray:
     if name == "rayleigh":
         return rng.rayleigh(a, n)
     raise SimulationError(f"unknown prior {prior.distribution!r}")
+
+
+def initialization_priors(problem: Any) -> dict[int, tuple[Any, str]]:
+    """The initialization priors of a loaded problem's mechanistic parameters:
+    ``{index: (prior, scale)}`` from the optional parameter-table columns
+    ``initializationPriorType`` / ``initializationPriorParameters`` (PEtab v1 names; PEtab
+    v2 dropped them, so they are only read when present).  ``parameterScale*`` types
+    apply on the parameter's ``parameterScale``, the others on its linear value."""
+    from petab_sciml.problem.parameters import PRIORS
+    from petab_sciml.problem.resolve import Prior
+
+    plan = problem.plan
+    index = {pid: i for i, pid in enumerate(plan.mech_ids)}
+    scales = plan.mech_scale or ("lin",) * plan.n_mech
+    out: dict[int, tuple[Any, str]] = {}
+    for table, row in problem.context.rows("parameter"):
+        n = f"{table.file}, line {row.line}"
+        pid, name = row["parameterId"], row["initializationPriorType"].strip()
+        if not name or pid not in index:
+            continue
+        key = name.lower().replace("-", "").replace("_", "")
+        if key not in PRIORS:
+            raise SimulationError(f"{n} ({pid}): unknown "
+                                  f"initializationPriorType {name!r}; known: "
+                                  f"{', '.join(sorted(PRIORS))}")
+        canonical, count = PRIORS[key]
+        text = row["initializationPriorParameters"].strip()
+        try:
+            values = tuple(float(v) for v in text.split(";")) if text else ()
+        except ValueError:
+            values = ()
+        if count and len(values) != count:
+            raise SimulationError(f"{n} ({pid}): "
+                                  f"initializationPriorParameters {text!r} must be {count} "
+                                  f"numbers separated by ';' for {canonical}")
+        prior = Prior(canonical, values)
+        scale = scales[index[pid]] if on_parameter_scale(prior) else "lin"
+        out[index[pid]] = (prior, scale)
+    return out

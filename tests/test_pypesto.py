@@ -29,7 +29,8 @@ REPO = EXAMPLE.parents[1]
 MECH = ("alpha", "beta", "delta")
 TRUTH = {"alpha": 1.3, "beta": 0.9, "delta": 1.8}
 """The values the example's data were generated with (make_example.py), with gamma = 0.8,
-which the network represents exactly with layer3.weight = 0 and layer3.bias = 0.8."""
+which the network represents exactly with layer3.weight = 0 and softplus(layer3.bias) =
+0.8."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def _copy_with_parameters(tmp_path: Path, rows: dict[str, str]) -> Path:
 
 def _truth_w(problem) -> np.ndarray:
     return problem.plan.pack({"mech": [TRUTH[k] for k in MECH], "nets": {"net1": {
-        "layer3": {"weight": np.zeros((1, 5)), "bias": np.array([0.8])}}}})
+        "layer3": {"weight": np.zeros((1, 5)), "bias": np.log(np.expm1([0.8]))}}}})
 
 
 # ------------------------------------------------------------------------------ names
@@ -137,7 +138,7 @@ def test_gradient_matches_finite_differences_on_parameter_scale(problem, tmp_pat
     lower, upper = objective.vector.bounds()
     assert lower[0] == pytest.approx(-2.0) and upper[0] == pytest.approx(math.log10(15.0))
     assert lower[1] == -math.inf and upper[1] == pytest.approx(math.log(15.0))
-    assert (lower[2], upper[2]) == (0.0, 15.0) and np.isinf(lower[3:]).all()
+    assert (lower[2], upper[2]) == (0.5, 3.0) and np.isinf(lower[3:]).all()
 
 
 # ------------------------------------------------------------------------------ starts
@@ -147,7 +148,7 @@ def test_start_points_are_seeded_and_drawn_as_documented(problem) -> None:
     b = start_points(plan, 2, seed=11, first=2)
     np.testing.assert_array_equal(a[2:], b)                 # start k depends on (seed, k)
     assert not np.array_equal(start_points(plan, 1, seed=12)[0], a[0])
-    assert np.all((a[:, :3] >= 0.0) & (a[:, :3] <= 15.0))
+    assert np.all((a[:, :3] >= 0.5) & (a[:, :3] <= 3.0))
     # network entries from PyTorch's default nn.Linear initialisation:
     # U(-1/sqrt(in_features), 1/sqrt(in_features)) for weight and bias
     many = start_points(plan, 50, seed=0)
@@ -181,7 +182,7 @@ def test_start_points_follow_priors_truncated_to_bounds(tmp_path) -> None:
 def test_start_bounds_are_checked(problem) -> None:
     with pytest.raises(ValueError, match="'gamma' is not an estimated mechanistic.*alpha"):
         pypesto_problem(problem, start_bounds={"gamma": (0.5, 3.0)})
-    with pytest.raises(ValueError, match=r"'alpha' range \[-1, 3\].*bounds \[0, 15\]"):
+    with pytest.raises(ValueError, match=r"'alpha' range \[-1, 3\].*bounds \[0.5, 3\]"):
         pypesto_problem(problem, start_bounds={"alpha": (-1.0, 3.0)})
 
 
@@ -196,7 +197,7 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     f_truth = problem.objective(_truth_w(problem))
     pp = pypesto_problem(problem, seed=0, start_bounds={k: (0.5, 3.0) for k in MECH})
     assert pp.x_names == pp.objective.x_names and pp.dim == 54
-    assert list(pp.lb[:3]) == [0.0] * 3 and np.isinf(pp.lb[3:]).all()
+    assert list(pp.lb[:3]) == [0.5] * 3 and np.isinf(pp.lb[3:]).all()
     result = optimize.minimize(
         pp, optimize.ScipyOptimizer(method="L-BFGS-B", options={"maxiter": 400}),
         n_starts=3, progress_bar=False)

@@ -3,10 +3,11 @@ optax optimizer in one jitted, vmapped step (``petab_sciml.fit`` drives it).
 
 Each step: objective and gradient of every start (``loss``; training mode with a PRNG
 key per start and step when the problem has a dropout column), the optimizer's update,
-then the projection onto the bounds (``project``).  Starts are independent: vmapping
-does not mix them.  Checkpoints (one ``.npz`` per start: the model's leaves, the
-optimizer state's leaves, the step, the loss trace) are written every
-``checkpoint_every`` steps, when stopped and at the end.
+then the projection onto the bounds (``project``). Starts are independent: vmapping does
+not mix them. A start whose loss is not finite ends there with the values of the step
+before (``stopped_at``); it stays in the batch without updates. Checkpoints (one
+``.npz`` per start: the model's leaves, the optimizer state's leaves, the step, the loss
+trace) are written every ``checkpoint_every`` steps, when stopped and at the end.
 """
 
 from __future__ import annotations
@@ -52,19 +53,34 @@ def _compiled(task: FitTask, spec: Any, train: bool):
     if found is None:
         opt = optimizer(task.optimizer, task.lr)
 
-        def one(model, state, rng, k):
+        def one(model, previous, state, active, rng, k):
             rng_k = jax.random.fold_in(rng, k) if train else None
             (value, _), grads = eqx.filter_value_and_grad(loss, has_aux=True)(
                 model, key=rng_k, train=train)
-            updates, state = opt.update(grads, state, model)
-            return project(eqx.apply_updates(model, updates)), state, value
+            updates, new_state = opt.update(grads, state, model)
+            new = project(eqx.apply_updates(model, updates))
+            # A start whose loss is not finite ends: it keeps the values of the step
+            # before (``previous``) and takes no more updates.
+            ok = active & jnp.isfinite(value)
+            model_out = _where(ok, new, previous)
+            previous_out = _where(ok, model, previous)
+            state_out = _where(ok, new_state, state)
+            return model_out, previous_out, state_out, ok, value
 
-        step = eqx.filter_jit(eqx.filter_vmap(one, in_axes=(0, 0, 0, None)))
+        step = eqx.filter_jit(eqx.filter_vmap(one, in_axes=(0, 0, 0, 0, 0, None)))
         final = eqx.filter_jit(eqx.filter_vmap(lambda m: loss(m)))
         init = eqx.filter_jit(eqx.filter_vmap(
             lambda m: opt.init(eqx.filter(m, eqx.is_inexact_array))))
         found = _STEPS[key] = (step, final, init)
     return found
+
+
+def _where(ok, a, b):
+    """``a`` where ``ok`` else ``b``, leaf by leaf over the arrays of two like pytrees."""
+    arrays_a = eqx.filter(a, eqx.is_array)
+    arrays_b = eqx.filter(b, eqx.is_array)
+    chosen = jax.tree_util.tree_map(lambda x, y: jnp.where(ok, x, y), arrays_a, arrays_b)
+    return eqx.combine(chosen, eqx.filter(a, eqx.is_array, inverse=True))
 
 
 def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]:
@@ -76,30 +92,44 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
     step, final, init = _compiled(task, spec, train)
     batch = stack([from_vector(spec, w) for w in task.w0])
     states = init(batch)
+    previous = batch
+    n = len(task.starts)
+    active = jnp.ones(n, bool)
     rngs = jnp.stack([jax.random.PRNGKey(dropout_seed(task.seed, k)) for k in task.starts])
-    traces = [[] for _ in task.starts]
+    traces: list[list[float]] = [[] for _ in task.starts]
+    stopped = np.zeros(n, np.int64)
     done = 0
     if task.resume:
-        batch, states, done, traces = _restore(task, batch, states, traces)
+        batch, previous, states, active, done, traces, stopped = _restore(
+            task, batch, previous, states, active, traces, stopped)
     t0 = time.perf_counter()
     interrupted = False
+    carry = (batch, previous, states, active, done, traces, stopped)
     try:
         for k in range(done, task.steps):
+            if not np.asarray(active).any():
+                break
             if hooks.should_stop():
                 interrupted = True
                 break
-            batch, states, values = step(batch, states, rngs, k)
-            values = np.asarray(values)
+            was_active = np.asarray(active)
+            batch, previous, states, active, values = step(
+                batch, previous, states, active, rngs, jnp.asarray(k, jnp.int32))
+            values, now_active = np.asarray(values), np.asarray(active)
             for i, v in enumerate(values):
-                traces[i].append(float(v))
+                if was_active[i]:
+                    traces[i].append(float(v))
+                    if not now_active[i]:
+                        stopped[i] = k + 1
             done = k + 1
+            carry = (batch, previous, states, active, done, traces, stopped)
             hooks.report(task.starts, done, values)
             if task.checkpoint_every and done % task.checkpoint_every == 0:
-                _save(task, batch, states, done, traces)
+                _save(task, *carry)
     except KeyboardInterrupt:
-        _save(task, batch, states, done, traces)
+        _save(task, *carry)
         raise
-    _save(task, batch, states, done, traces)
+    _save(task, *carry)
     seconds = time.perf_counter() - t0
     values, aux = final(batch)
     out = []
@@ -109,7 +139,8 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
         out.append(StartResult(
             start, np.asarray(traces[i], np.float64), float(values[i]),
             spec.plan.pack(parameters(model)), np.asarray(model.mech, np.float64),
-            _named_leaves(state), bool(aux["ok"][i]), done, seconds, interrupted))
+            _named_leaves(state), bool(aux["ok"][i]), int(stopped[i]) or done, seconds,
+            interrupted, int(stopped[i])))
     return out
 
 
@@ -118,7 +149,8 @@ def _named_leaves(tree: Any) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
 
 
-def _save(task: FitTask, batch, states, done: int, traces) -> None:
+def _save(task: FitTask, batch, previous, states, active, done: int, traces,
+          stopped) -> None:
     from petab_sciml.safe_write import write_bytes
 
     for i, start in enumerate(task.starts):
@@ -126,10 +158,12 @@ def _save(task: FitTask, batch, states, done: int, traces) -> None:
         if path is None:
             return
         pick = lambda x, i=i: np.asarray(x[i])  # noqa: E731
-        arrays = {f"m{j}": pick(x) for j, x in enumerate(
-            jax.tree_util.tree_leaves(eqx.filter(batch, eqx.is_array)))}
+        arrays = {f"m{j}": pick(x) for j, x in enumerate(_leaves(batch))}
+        arrays |= {f"p{j}": pick(x) for j, x in enumerate(_leaves(previous))}
         arrays |= {f"s{j}": pick(x) for j, x in enumerate(jax.tree_util.tree_leaves(states))}
         arrays["step"] = np.asarray(done)
+        arrays["active"] = pick(active)
+        arrays["stopped"] = np.asarray(stopped[i])
         arrays["trace"] = np.asarray(traces[i], np.float64)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
@@ -137,25 +171,36 @@ def _save(task: FitTask, batch, states, done: int, traces) -> None:
         write_bytes(path, buffer.getvalue(), overwrite=True)
 
 
-def _restore(task: FitTask, batch, states, traces):
+def _leaves(model) -> list:
+    return jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array))
+
+
+def _restack(model, loaded: list[dict], prefix: str):
+    arrays, treedef = jax.tree_util.tree_flatten(eqx.filter(model, eqx.is_array))
+    leaves = [jnp.stack([d[f"{prefix}{j}"] for d in loaded]) for j in range(len(arrays))]
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves),
+                       eqx.filter(model, eqx.is_array, inverse=True))
+
+
+def _restore(task: FitTask, batch, previous, states, active, traces, stopped):
     """Starts from their checkpoints: every start of a task must be at the same step."""
     loaded = []
     for start in task.starts:
         path = checkpoint_path(task, start, ".npz")
         if path is None or not path.is_file():
-            return batch, states, 0, traces
+            return batch, previous, states, active, 0, traces, stopped
         with np.load(path) as z:
             loaded.append({k: z[k] for k in z.files})
     steps = {int(d["step"]) for d in loaded}
     if len(steps) != 1:
         raise ValueError(f"starts {task.starts} were checkpointed at different steps "
                          f"{sorted(steps)}: resume them in separate tasks")
-    arrays, treedef = jax.tree_util.tree_flatten(eqx.filter(batch, eqx.is_array))
-    model_leaves = [jnp.stack([d[f"m{j}"] for d in loaded]) for j in range(len(arrays))]
-    filtered = jax.tree_util.tree_unflatten(treedef, model_leaves)
-    batch = eqx.combine(filtered, eqx.filter(batch, eqx.is_array, inverse=True))
+    batch = _restack(batch, loaded, "m")
+    previous = _restack(previous, loaded, "p")
     s_leaves, s_def = jax.tree_util.tree_flatten(states)
     states = jax.tree_util.tree_unflatten(
         s_def, [jnp.stack([d[f"s{j}"] for d in loaded]) for j in range(len(s_leaves))])
+    active = jnp.asarray([bool(d["active"]) for d in loaded])
+    stopped = np.asarray([int(d["stopped"]) for d in loaded], np.int64)
     traces = [list(d["trace"]) for d in loaded]
-    return batch, states, steps.pop(), traces
+    return batch, previous, states, active, steps.pop(), traces, stopped

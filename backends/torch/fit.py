@@ -2,10 +2,12 @@
 ``torch.optim`` optimizer (``petab_sciml.fit`` drives it; a fit's starts run in worker
 processes).
 
-Each step: ``zero_grad``, ``loss = module()`` (training mode: the dropout column with the
-start's own ``torch.Generator``), ``backward``, ``step``, ``project_``.  Checkpoints (one
-``.pt`` per start: module and optimizer state dicts, generator state, step, loss trace)
-are written every ``checkpoint_every`` steps, when stopped and at the end.
+Each step: ``zero_grad``, ``loss = module()`` (training mode: the dropout column with
+the start's own ``torch.Generator``), ``backward``, ``step``, ``project_``. A start
+whose loss is not finite ends there with the values of the step before (``stopped_at``).
+Checkpoints (one ``.pt`` per start: module and optimizer state dicts, generator state,
+step, loss trace) are written every ``checkpoint_every`` steps, when stopped and at the
+end.
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
     opt = optimizer(task.optimizer, [p for p in module.parameters() if p.requires_grad],
                     task.lr)
     trace: list[float] = []
-    done = 0
+    done = stopped_at = 0
+    params = [p for p in module.parameters() if p.requires_grad]
+    previous = [p.detach().clone() for p in params]
     path = checkpoint_path(task, start, ".pt")
     if task.resume and path is not None and path.is_file():
         saved = torch.load(path, weights_only=False)
@@ -74,27 +78,42 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
         opt.load_state_dict(saved["optimizer"])
         module.generator.set_state(saved["generator"])
         done, trace = int(saved["step"]), list(saved["trace"])
+        stopped_at = int(saved["stopped_at"])
+        for q, v in zip(previous, saved["previous"]):
+            q.copy_(v)
     t0 = time.perf_counter()
     interrupted = False
     try:
-        for k in range(done, task.steps):
+        for k in range(done, task.steps if not stopped_at else done):
             if hooks.should_stop():
                 interrupted = True
                 break
             opt.zero_grad()
             value = module()
-            value.backward()
-            opt.step()
-            module.project_()
             trace.append(value.item())
             done = k + 1
+            if not np.isfinite(trace[-1]):
+                # the values of this step failed (the gradient is no guide): keep those
+                # of the step before and end this start
+                with torch.no_grad():
+                    for p, q in zip(params, previous):
+                        p.copy_(q)
+                stopped_at = done
+                hooks.report([start], done, np.array([trace[-1]]))
+                break
+            value.backward()
+            with torch.no_grad():
+                for p, q in zip(params, previous):
+                    q.copy_(p)
+            opt.step()
+            module.project_()
             hooks.report([start], done, np.array([trace[-1]]))
             if task.checkpoint_every and done % task.checkpoint_every == 0:
-                _save(path, module, opt, done, trace)
+                _save(path, module, opt, done, trace, stopped_at, previous)
     except KeyboardInterrupt:
-        _save(path, module, opt, done, trace)
+        _save(path, module, opt, done, trace, stopped_at, previous)
         raise
-    _save(path, module, opt, done, trace)
+    _save(path, module, opt, done, trace, stopped_at, previous)
     seconds = time.perf_counter() - t0
     module.eval()
     with torch.no_grad():
@@ -103,7 +122,7 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
              for k, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
     return StartResult(start, np.asarray(trace, np.float64), float(out["value"]),
                        plan.pack(module.values()), module.mech.detach().numpy().copy(),
-                       state, bool(out["ok"]), done, seconds, interrupted)
+                       state, bool(out["ok"]), done, seconds, interrupted, stopped_at)
 
 
 def _load_vector(module, w: np.ndarray) -> None:
@@ -120,7 +139,8 @@ def _load_vector(module, w: np.ndarray) -> None:
                     w[s.offset: s.offset + s.size].reshape(s.shape)))
 
 
-def _save(path, module, opt, done: int, trace: list[float]) -> None:
+def _save(path, module, opt, done: int, trace: list[float], stopped_at: int,
+          previous: list[torch.Tensor]) -> None:
     if path is None:
         return
     from petab_sciml.safe_write import write_bytes
@@ -128,6 +148,6 @@ def _save(path, module, opt, done: int, trace: list[float]) -> None:
     buffer = io.BytesIO()
     torch.save({"module": module.state_dict(), "optimizer": opt.state_dict(),
                 "generator": module.generator.get_state(), "step": done,
-                "trace": trace}, buffer)
+                "trace": trace, "stopped_at": stopped_at, "previous": previous}, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes(path, buffer.getvalue(), overwrite=True)

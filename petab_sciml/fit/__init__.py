@@ -78,9 +78,18 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     out = Path(out) if out is not None else None
     checkpoints = _prepare_out(out, settings, resume, force)
 
-    from petab_sciml.fit.starts import sample_start
+    from rich.console import Console
 
-    vectors = [sample_start(problem, seed, k) for k in range(starts)]
+    from petab_sciml.fit.starts import draw_starts
+
+    console = console or Console(stderr=True)
+    simulator = _simulator(problem, options)
+    try:
+        vectors = draw_starts(problem, seed, starts,
+                              lambda w: simulator.evaluate(w, grad=False).value,
+                              report=lambda text: console.print(text) if progress else None)
+    except ValueError as exc:
+        raise FitError(str(exc)) from None
     run_id = uuid.uuid4().hex[:12]
     tasks = [FitTask(str(path), backend, list(range(a, min(a + batch, starts))),
                      vectors[a: a + batch], seed, optimizer, lr, steps, dict(options),
@@ -88,9 +97,6 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                      trust_code, run_id)
              for a in range(0, starts, batch)]
 
-    from rich.console import Console
-
-    console = console or Console(stderr=True)
     display = _Progress(starts, steps, console, enabled=progress)
     local = in_process or starts == 1
     t0 = time.perf_counter()
@@ -112,8 +118,15 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     settings["seconds"] = time.perf_counter() - t0
     result = FitResult(sorted(results, key=lambda r: r.start), settings, plan.mech_ids, out)
     if out is not None:
-        _write_outputs(problem, result, out, plots)
+        _write_outputs(problem, simulator, result, out, plots)
     return result
+
+
+def _simulator(problem: Any, options: dict[str, Any]) -> Any:
+    """The problem's objective with the fit's simulation options (start checks, plots)."""
+    if problem.backend_name == "jax":
+        options = {"cache": False, **options}
+    return problem.simulator(**options)
 
 
 def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) -> Path | None:
@@ -145,7 +158,8 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
     return out / "checkpoints"
 
 
-def _write_outputs(problem: Any, result: FitResult, out: Path, plots: bool) -> None:
+def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
+                   plots: bool) -> None:
     from petab_sciml.fit import plots as figures
 
     plan = problem.plan
@@ -161,8 +175,7 @@ def _write_outputs(problem: Any, result: FitResult, out: Path, plots: bool) -> N
             path = plot_dir / f"{name}.png"
             plt.close(draw(result, path))
             result.files[name] = path
-        evaluation = problem.simulator(**({"cache": False} if problem.backend_name == "jax"
-                                          else {})).evaluate(best.w, grad=False)
+        evaluation = simulator.evaluate(best.w, grad=False)
         for name, fig in figures.fits(plan, evaluation, plot_dir).items():
             result.files[name] = plot_dir / f"{name}.png"
             plt.close(fig)

@@ -1,7 +1,7 @@
 """Pictures of a fit (matplotlib, written as PNG files; no screen needed).
 
-* :func:`waterfall`: the final objectives of all starts, sorted (one point per start;
-  failed starts drawn at the top edge with another marker);
+* :func:`waterfall`: the final objectives of all starts, sorted, relative to the best
+  (one point per start; failed starts drawn at the top edge with another marker);
 * :func:`loss_curves`: every start's loss against the step;
 * :func:`fits`: for every experiment, one panel per observable measured in it: the
   measurements, the simulation at the best start, and the noise model's band (mean +- one
@@ -29,21 +29,29 @@ def _pyplot():
 
 
 def waterfall(result: Any, path: str | os.PathLike | None = None):
-    """Sorted final objectives; returns the figure (saved to ``path`` if given)."""
+    """Sorted final objectives, as pyPESTO draws them: ``objective - best + 1`` on a log
+    axis, so that starts at the best value sit at 1 and the rest by how far above it they
+    ended; returns the figure (saved to ``path`` if given)."""
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     ranked = result.ranked
     values = np.array([r.value for r in ranked])
     finite = np.isfinite(values)
+    best = values[finite].min() if finite.any() else 0.0
+    shifted = values - best + 1.0
     fig, ax = plt.subplots(figsize=(6, 4))
     ranks = np.arange(1, len(values) + 1)
-    ax.plot(ranks[finite], values[finite], "o-", color="C0", label="final objective")
+    ax.plot(ranks[finite], shifted[finite], "o-", color="C0", label="final objective")
     if (~finite).any():
-        top = values[finite].max() if finite.any() else 0.0
+        top = shifted[finite].max() if finite.any() else 1.0
         ax.plot(ranks[~finite], np.full((~finite).sum(), top), "x", color="C3",
                 label="failed (objective not finite)")
-    ax.set_xlabel("start (sorted by final objective)")
-    ax.set_ylabel("final objective (negative log-posterior)")
-    ax.set_title(f"waterfall: {len(values)} start(s)")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("start, sorted by final objective")
+    ax.set_ylabel("final objective - best + 1")
+    ax.set_title(f"waterfall: {len(values)} start(s), best objective {best:.6g}")
     ax.legend()
     fig.tight_layout()
     _save(fig, path)

@@ -8,7 +8,7 @@
     starts/<k>/w                final linear parameter vector (plan.pack layout)
     starts/<k>/mech             final mechanistic parameters on their parameterScale
     starts/<k>/optimizer/<name> the optimizer state's arrays
-    starts/<k> attrs: ok, steps, seconds, interrupted
+    starts/<k> attrs: ok, steps, seconds, interrupted, stopped_at
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class FitResult:
                 for name, value in r.optimizer_state.items():
                     opt[name.replace("/", "|")] = np.asarray(value)
                 g.attrs.update(ok=r.ok, steps=r.steps, seconds=r.seconds,
-                               interrupted=r.interrupted)
+                               interrupted=r.interrupted, stopped_at=r.stopped_at)
         return path
 
     @classmethod
@@ -89,7 +89,7 @@ class FitResult:
                     g["mech"][()], {k.replace("|", "/"): g["optimizer"][k][()]
                                     for k in g["optimizer"]},
                     bool(g.attrs["ok"]), int(g.attrs["steps"]), float(g.attrs["seconds"]),
-                    bool(g.attrs["interrupted"])))
+                    bool(g.attrs["interrupted"]), int(g.attrs.get("stopped_at", 0))))
         return cls(sorted(starts, key=lambda r: r.start), settings, ids, Path(path).parent)
 
 
@@ -112,6 +112,8 @@ def summary_table(result: FitResult, plan: Any, console: Any = None) -> None:
         table.add_column(pid, justify="right")
     for rank, r in enumerate(result.ranked, 1):
         mech = from_scale(r.mech, scales)
-        table.add_row(str(rank), str(r.start), f"{r.value:.6g}" + ("" if r.ok else " (failed)"),
-                      str(r.steps), f"{r.seconds:.1f} s", *(f"{v:.4g}" for v in mech))
+        note = "" if r.ok else " (failed)"
+        steps = f"{r.steps}" + (f" (stopped at {r.stopped_at})" if r.stopped_at else "")
+        table.add_row(str(rank), str(r.start), f"{r.value:.6g}{note}", steps,
+                      f"{r.seconds:.1f} s", *(f"{v:.4g}" for v in mech))
     console.print(table)

@@ -59,6 +59,10 @@ class StartResult:
     steps: int
     seconds: float
     interrupted: bool = False
+    stopped_at: int = 0
+    """The step (1-based) whose loss was not finite (the ODE solve failed, or it
+    overflowed): training of the start ended there and its values are those of the step
+    before; 0 if it never happened."""
 
 
 @dataclass

@@ -38,9 +38,9 @@ class Evaluation:
     grad: dict[str, Any] | None = None
     """Gradient of :attr:`value` (same structure as the parameters), if requested."""
     grad_flat: np.ndarray | None = field(default=None, repr=False)
+    """Gradient with respect to the free parameters (``plan.free_index`` order)."""
     sigma: np.ndarray | None = field(default=None, repr=False)
     """Noise parameter (standard deviation or scale) per measurement, table order."""
-    """Gradient with respect to the free parameters (``plan.free_index`` order)."""
 
     @property
     def log_posterior(self) -> float:
