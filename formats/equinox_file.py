@@ -362,7 +362,11 @@ def network_from_equinox(module: Any, net_id: str, input_shapes: Sequence[Sequen
         model = eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
         return model(*xs)
 
-    examples = [jax.ShapeDtypeStruct(tuple(s), np.float32) for s in input_shapes]
+    # Trace in the module's own float dtype: with jax_enable_x64 on (a float64 JAX model
+    # built earlier in the process turns it on), equinox creates float64 parameters, and
+    # float32 inputs would not meet them (lax.conv_general_dilated requires equal dtypes).
+    examples = [jax.ShapeDtypeStruct(tuple(s), _float_dtype(leaves))
+                for s in input_shapes]
     try:
         closed = jax.make_jaxpr(call)(leaves, *examples)
     except Exception as exc:  # noqa: BLE001 - reported with the file
@@ -393,6 +397,13 @@ def network_from_equinox(module: Any, net_id: str, input_shapes: Sequence[Sequen
     params_out = {g: {a: v for a, v in group.items() if a in arrays.get(g, {})}
                   for g, group in lifter.params.items()}
     return network, {g: a for g, a in params_out.items() if a}
+
+
+def _float_dtype(leaves: Sequence[Any]) -> np.dtype:
+    """The floating dtype of a module's parameters (float32 when it has none)."""
+    floats = [np.dtype(leaf.dtype) for leaf in leaves
+              if np.issubdtype(np.dtype(leaf.dtype), np.floating)]
+    return np.result_type(*floats) if floats else np.dtype(np.float32)
 
 
 def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,6 +6,9 @@ can check array inputs and mapping indices on network inputs and outputs without
 or jax.  A node whose layer or function has no rule here makes the result unknown
 (``None``): checks are then skipped, never guessed.  A rule that finds the shapes
 inconsistent raises :class:`ShapeError` naming the node, as PyTorch would fail there.
+
+A node that returns a tuple (a recurrent layer's ``output, h_n`` or ``output, (h_n,
+c_n)``; ``chunk``) has a tuple of shapes as its value, read element-wise by ``getitem``.
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from petab_sciml.catalogue import as_tuple
+from petab_sciml.catalogue import LAYERS, POOL_FUNCTIONS, as_tuple
 from petab_sciml.network import Network, Ref
 
 Shape = tuple[int, ...]
 
-__all__ = ["ShapeError", "infer_shapes", "output_shapes"]
+
+class ShapeTuple(tuple):
+    """The value of a node that returns a tuple: the shapes (or nested tuples) of its
+    elements, as ``getitem`` reads them."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ShapeTuple({tuple(self)!r})"
+
+__all__ = ["ShapeError", "ShapeTuple", "infer_shapes", "output_shapes"]
 
 
 class ShapeError(Exception):
@@ -43,9 +56,11 @@ def output_shapes(network: Network, input_shapes: Sequence[Shape]) -> list[Shape
     return [shapes[r.name] for r in network.output_node.bound["outputs"]]
 
 
-def infer_shapes(network: Network, input_shapes: Sequence[Shape]) -> dict[str, Shape] | None:
+def infer_shapes(network: Network, input_shapes: Sequence[Shape]
+                 ) -> dict[str, Shape | ShapeTuple] | None:
     """Shape of every node's value for inputs of ``input_shapes`` (in ``network.inputs``
-    order); None when a node has no shape rule.  Raises :class:`ShapeError`."""
+    order; a :class:`ShapeTuple` for nodes returning tuples); None when a node has no
+    shape rule.  Raises :class:`ShapeError`."""
     nodes = network.node_map
     params = network.parameter_arrays()
     shapes: dict[str, Shape] = {}
@@ -61,7 +76,7 @@ def infer_shapes(network: Network, input_shapes: Sequence[Shape]) -> dict[str, S
                 shapes[name] = tuple(params[node.bound["group"]][node.bound["array"]].shape)
             elif node.op == "call_module":
                 layer = network.layers[node.target]
-                ins = [shapes[r.name] for r in node.bound["inputs"]]
+                ins = [_input_value(v, shapes) for v in node.bound["inputs"]]
                 shapes[name] = _layer_shape(layer.type, layer.config, ins)
             else:
                 rule = _FUNCTIONS.get(node.function or "")
@@ -73,6 +88,13 @@ def infer_shapes(network: Network, input_shapes: Sequence[Shape]) -> dict[str, S
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as exc:
             raise ShapeError(name, str(exc)) from None
     return shapes
+
+
+def _input_value(value: Any, shapes: Mapping[str, Any]) -> Any:
+    """A layer input's shape; a tuple input (an LSTM's ``(h_0, c_0)``) as a ShapeTuple."""
+    if isinstance(value, Ref):
+        return shapes[value.name]
+    return ShapeTuple(_input_value(v, shapes) for v in value)
 
 
 class _Args:
@@ -97,7 +119,7 @@ class _Args:
 
 # --------------------------------------------------------------------------- helpers
 def _dim(d: int, ndim: int) -> int:
-    if not -ndim <= d < max(ndim, 1):
+    if not -max(ndim, 1) <= d < max(ndim, 1):
         raise IndexError(f"dimension {d} out of range for a {ndim}-d tensor")
     return d % ndim if ndim else 0
 
@@ -237,9 +259,13 @@ def _pad(a: _Args) -> Shape:
     return tuple(shape)
 
 
-def _getitem(a: _Args) -> Shape:
+def _getitem(a: _Args) -> Shape | ShapeTuple:
     shape = a.shape("input")
     index = a["index"]
+    if isinstance(shape, ShapeTuple):  # network.py admits only an integer index here
+        if not -len(shape) <= index < len(shape):
+            raise IndexError(f"index {index} out of range for a tuple of {len(shape)}")
+        return shape[index]
     items = list(index) if isinstance(index, (list, tuple)) else [index]
     out: list[int] = []
     axis = 0
@@ -264,6 +290,57 @@ def _getitem(a: _Args) -> Shape:
     return tuple(out) + shape[axis:]
 
 
+def _reshape_as(a: _Args) -> Shape:
+    shape, other = a.shape("input"), a.shape("other")
+    if math.prod(shape) != math.prod(other):
+        raise ValueError(f"cannot reshape {shape} ({math.prod(shape)} elements) as {other} "
+                         f"({math.prod(other)} elements)")
+    return other
+
+
+def _unflatten(a: _Args) -> Shape:
+    shape = a.shape("input")
+    d = _dim(a["dim"], len(shape))
+    sizes = list(a["sizes"]) if isinstance(a["sizes"], (list, tuple)) else [a["sizes"]]
+    if sizes.count(-1) > 1:
+        raise ValueError("only one size of unflatten can be -1")
+    known = math.prod(n for n in sizes if n != -1)
+    if -1 in sizes:
+        if known == 0 or shape[d] % known:
+            raise ValueError(f"sizes {tuple(sizes)} do not unflatten dimension {d} of size "
+                             f"{shape[d]}")
+        sizes[sizes.index(-1)] = shape[d] // known
+    elif known != shape[d]:
+        raise ValueError(f"sizes {tuple(sizes)} do not multiply to the size {shape[d]} of "
+                         f"dimension {d}")
+    return shape[:d] + tuple(sizes) + shape[d + 1:]
+
+
+def _chunk(a: _Args) -> ShapeTuple:
+    # torch.chunk: pieces of ceil(size / chunks) along dim, the last one smaller; fewer
+    # than ``chunks`` pieces when the size does not allow more (then a getitem fails).
+    shape, chunks = a.shape("input"), a["chunks"]
+    if chunks < 1:
+        raise ValueError(f"chunk expects chunks to be at least 1, got {chunks}")
+    d = _dim(a["dim"], len(shape))
+    size = shape[d]
+    piece = -(-size // chunks)
+    sizes = [min(piece, size - start) for start in range(0, size, piece)] if piece else \
+        [0] * chunks
+    return ShapeTuple(shape[:d] + (n,) + shape[d + 1:] for n in sizes)
+
+
+def _cumsum(a: _Args) -> Shape:
+    shape = a.shape("input")
+    _dim(a["dim"], len(shape))
+    return shape
+
+
+def _pool_function(layer_type: str) -> Callable[[_Args], Shape]:
+    """F.max_pool2d and friends: the layer's rule on the function's arguments."""
+    return lambda a: _layer_shape(layer_type, a.bound, [a.shape("input")])
+
+
 def _binary(*names: str) -> Callable[[_Args], Shape]:
     return lambda a: _broadcast(*(a.shape(n) for n in names))
 
@@ -273,9 +350,10 @@ _FUNCTIONS: dict[str, Callable[[_Args], Shape]] = {
         "relu", "relu6", "hardtanh", "hardswish", "selu", "silu", "leaky_relu", "gelu",
         "logsigmoid", "tanhshrink", "softsign", "softplus", "tanh", "sigmoid", "hardsigmoid",
         "mish", "elu", "celu", "neg", "exp", "log", "sqrt", "abs", "clamp", "erf", "sign",
-        "sin", "cos", "contiguous", "flip")},
+        "sin", "cos", "contiguous", "flip", "floor", "ceil", "round", "trunc")},
     **{name: _binary("input", "other") for name in (
-        "add", "sub", "mul", "div", "maximum", "minimum", "gt", "lt", "ge", "le", "eq")},
+        "add", "sub", "mul", "div", "floor_divide", "remainder", "maximum", "minimum", "gt",
+        "lt", "ge", "le", "eq")},
     "pow": _binary("input", "exponent"),
     "where": _binary("condition", "input", "other"),
     "softmax": _softmax, "log_softmax": _softmax,
@@ -284,7 +362,9 @@ _FUNCTIONS: dict[str, Callable[[_Args], Shape]] = {
     "reshape": _reshape, "permute": _permute, "transpose": _transpose,
     "squeeze": _squeeze, "unsqueeze": _unsqueeze, "getitem": _getitem,
     "sum": _reduce, "mean": _reduce, "amax": _reduce, "amin": _reduce, "prod": _reduce,
-    "pad": _pad,
+    "pad": _pad, "reshape_as": _reshape_as, "unflatten": _unflatten, "chunk": _chunk,
+    "cumsum": _cumsum,
+    **{name: _pool_function(layer_type) for name, layer_type in POOL_FUNCTIONS.items()},
 }
 
 
@@ -371,8 +451,52 @@ def _norm(c: Mapping[str, Any], shape: Shape, n: int, what: str, batch_norm: boo
     return shape
 
 
-def _layer_shape(layer_type: str, c: Mapping[str, Any], ins: list[Shape]) -> Shape:
+def _recurrent(layer_type: str, c: Mapping[str, Any], ins: list[Any], what: str
+               ) -> ShapeTuple:
+    """RNN, GRU and LSTM as PyTorch documents them: input (L, H_in), (L, N, H_in) or, with
+    batch_first, (N, L, H_in); output (..., D * H_out) in the input's layout; h_n
+    (D * num_layers, [N,] H_out) and, for an LSTM, c_n (D * num_layers, [N,] hidden_size),
+    where H_out is proj_size when set.  Given states must have exactly these shapes."""
+    x = ins[0]
+    if len(x) not in (2, 3):
+        raise ValueError(f"{what} needs a 2-d (unbatched) or 3-d (batched) input, got shape "
+                         f"{x}")
+    if x[-1] != c["input_size"]:
+        raise ValueError(f"{what} expects the last dimension to be {c['input_size']} "
+                         f"(input_size), got shape {x}")
+    directions = 2 if c["bidirectional"] else 1
+    out_size = c.get("proj_size") or c["hidden_size"]
+    lead: Shape = (directions * c["num_layers"],)
+    if len(x) == 3:
+        lead += (x[0] if c["batch_first"] else x[1],)
+    states: tuple[Shape, ...] = (lead + (out_size,),)
+    if layer_type == "LSTM":
+        states += (lead + (c["hidden_size"],),)
+    if len(ins) > 1:
+        given = ins[1] if layer_type == "LSTM" else (ins[1],)
+        for state, got, expected in zip(("h_0", "c_0"), given, states):
+            if tuple(got) != expected:
+                raise ValueError(f"{what} expects {state} of shape {expected} for an input "
+                                 f"of shape {x}, got {tuple(got)}")
+    output = x[:-1] + (directions * out_size,)
+    return ShapeTuple((output, ShapeTuple(states) if layer_type == "LSTM" else states[0]))
+
+
+def _layer_shape(layer_type: str, c: Mapping[str, Any], ins: list[Any]) -> Any:
     what = layer_type
+    spec = LAYERS.get(layer_type)
+    if spec is not None and spec.function is not None:  # activation modules (nn.ReLU...)
+        rule = _FUNCTIONS.get(spec.function)
+        if rule is None:
+            raise _Unknown
+        return rule(_Args({**c, "input": Ref("input")}, {"input": ins[0]}))
+    if layer_type in ("RNN", "GRU", "LSTM"):
+        return _recurrent(layer_type, c, ins, what)
+    if layer_type == "LocalResponseNorm":
+        if len(ins[0]) < 3:
+            raise ValueError(f"LocalResponseNorm needs an input of at least 3 dimensions, "
+                             f"got shape {ins[0]}")
+        return ins[0]
     if layer_type == "Linear":
         x = ins[0]
         if not x or x[-1] != c["in_features"]:

@@ -92,17 +92,34 @@ def _module(path: Path, name: str):
     return getattr(module, name)(key=jax.random.PRNGKey(0))
 
 
+@pytest.fixture(params=[False, True], ids=["x32", "x64"])
+def jax_x64(request):
+    """JAX with 64-bit types off and on (a float64 JAX model turns them on for the rest
+    of the process); restored afterwards."""
+    previous = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", request.param)
+    try:
+        yield request.param
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
 @pytest.mark.parametrize("text, name, shapes", [(CONV_MLP, "Net", [(2, 3, 8, 8)]),
                                                 (UDE, "UDE", [(2,), (1,)])],
                          ids=["conv_mlp", "ude"])
 def test_equinox_module_matches_equinox(tmp_path: Path, text: str, name: str,
-                                        shapes: list) -> None:
+                                        shapes: list, jax_x64: bool) -> None:
+    """With x64 on, equinox makes float64 parameters: the module is traced and lifted in
+    its own dtype."""
     path = _write(tmp_path, text)
     network, params = equinox_file.read_with_parameters(path, trust_code=True)
     assert network.id == name
+    float_dtype = np.dtype(np.float64 if jax_x64 else np.float32)
+    assert {a.dtype for arrays in params.values() for a in arrays.values()} == {float_dtype}
     rng = np.random.default_rng(0)
     inputs = [rng.normal(size=s).astype(np.float32) for s in shapes]
-    expected = np.asarray(_module(path, name)(*inputs))
+    # equinox's own result, in the dtype of the module's parameters
+    expected = np.asarray(_module(path, name)(*(x.astype(float_dtype) for x in inputs)))
     for backend_name in ("torch", "jax"):
         backend = get_backend(backend_name)
         model = backend.set_parameters(backend.build(network), params)
