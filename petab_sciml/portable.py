@@ -41,6 +41,7 @@ def portability_problems(network: Network) -> list[str]:
 
 def portable_network(network: Network) -> Network:
     """``network`` in the portable subset: non-spec spellings of spec functions renamed,
+    activation layers (``nn.ReLU``...) written as the spec function they apply,
     constructor arguments PyTorch does not take dropped where they hold their default,
     several outputs written as one list.  Raises :class:`NetworkError` naming every node
     and layer with no portable form."""
@@ -55,7 +56,12 @@ def portable_network(network: Network) -> Network:
 def _rewrite(network: Network) -> tuple[Network, list[str]]:
     problems: list[str] = []
     layers = []
+    lowered: dict[str, tuple[str, dict[str, Any]]] = {}
     for layer in network.layers.values():
+        activation = _as_function_call(layer)
+        if layer.type not in PORTABLE_LAYERS and activation is not None:
+            lowered[layer.id] = activation
+            continue
         if layer.type not in PORTABLE_LAYERS:
             problems.append(f"layer {layer.id!r} ({layer.type}) is not a specification layer")
             continue
@@ -79,7 +85,9 @@ def _rewrite(network: Network) -> tuple[Network, list[str]]:
     for node in network.nodes:
         raw = {"name": node.name, "op": node.op, "target": node.target,
                "args": list(node.args), "kwargs": dict(node.kwargs)}
-        if node.op in ("call_function", "call_method"):
+        if node.op == "call_module" and node.target in lowered:
+            raw["op"], (raw["target"], raw["kwargs"]) = "call_function", lowered[node.target]
+        elif node.op in ("call_function", "call_method"):
             name = _portable_name(node.op, node.target, node.function)
             if name is None:
                 problems.append(f"forward node {node.name!r} ({node.op} {node.target}) is not "
@@ -99,6 +107,24 @@ def _rewrite(network: Network) -> tuple[Network, list[str]]:
         return network, problems
     return Network.build(network.id, network.inputs, layers, nodes,
                          source=network.source), []
+
+
+def _as_function_call(layer: Any) -> tuple[str, dict[str, Any]] | None:
+    """An activation layer (``nn.ReLU``, ``nn.Softplus(beta=2)``...) as the portable
+    ``call_function`` that computes the same: (function name, keyword arguments that
+    differ from the function's defaults); None for other layers or when the function has
+    no portable spelling.  The official reader has no activation layers, but every
+    specification activation function."""
+    function = layer.spec.function
+    if function is None:
+        return None
+    name = _portable_name("call_function", function, function)
+    if name is None:
+        return None
+    kwargs = {arg.name: layer.args[arg.name] for arg in layer.spec.args
+              if not arg.ignored and arg.name in layer.args
+              and layer.args[arg.name] != arg.default}
+    return name, kwargs
 
 
 def _portable_name(op: str, target: str, function: str | None) -> str | None:

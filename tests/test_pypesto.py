@@ -200,9 +200,9 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     assert list(pp.lb[:3]) == [0.5] * 3 and np.isinf(pp.lb[3:]).all()
     result = optimize.minimize(
         pp, optimize.ScipyOptimizer(method="L-BFGS-B", options={"maxiter": 400}),
-        n_starts=3, progress_bar=False)
+        n_starts=5, progress_bar=False)
     runs = result.optimize_result.list
-    assert len(runs) == 3
+    assert len(runs) == 5
     for run in runs:
         assert np.isfinite(run.fval0) and run.fval < run.fval0
     best = runs[0]
@@ -210,6 +210,9 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     # parameters (which the network represents exactly) up to one log-likelihood unit
     assert best.fval < 1e-3 * min(r.fval0 for r in runs)
     assert best.fval < f_truth + 1.0
+    # the problem has local optima (rates at their bounds): measured 3 of these 5 starts
+    # reach the data-generating value on Python 3.11 and on 3.12 (with only 3 starts the
+    # 3.12 environment's L-BFGS-B left two in local optima)
     assert sum(r.fval < f_truth + 1.0 for r in runs) >= 2
     assert best.fval == pytest.approx(problem.objective(pp.objective.parameters(best.x)),
                                       rel=1e-9)
@@ -225,7 +228,7 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     fvals = np.sort([r.fval for r in runs])
     (line,) = ax.get_lines()
     shown = np.asarray(line.get_ydata(), float)
-    assert shown.size == 3 and ax.get_yscale() == "log"
+    assert shown.size == 5 and ax.get_yscale() == "log"
     np.testing.assert_allclose(shown - shown[0], fvals - fvals[0], rtol=1e-9, atol=1e-9)
     (points,) = ax.collections
     np.testing.assert_allclose(np.sort(points.get_offsets()[:, 1]), shown, rtol=1e-12)
