@@ -114,6 +114,32 @@ def test_portable_refuses_naming_each_node(tmp_path):
     assert not (tmp_path / "out.yaml").exists()
 
 
+def test_portable_writes_activation_layers_as_their_functions(tmp_path):
+    """nn.Softplus(beta=2) -> F.softplus(x, beta=2.0): what the official reader builds
+    (torch.nn.functional.<target>(*args, **kwargs)) computes what the layer computed."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Softplus(beta=2.0),
+                                 torch.nn.LeakyReLU(0.2), torch.nn.Hardtanh(-0.5, 0.5),
+                                 torch.nn.ReLU())
+    from petab_sciml.formats.torch_fx import network_from_module
+
+    nn_yaml.write(network_from_module(module, "net"), tmp_path / "net.yaml")
+    convert(tmp_path / "net.yaml", tmp_path / "portable.yaml", portable=True)
+    network = nn_yaml.read(tmp_path / "portable.yaml")
+    assert [layer.type for layer in network.layers.values()] == ["Linear"]
+    calls = [(n.target, dict(n.kwargs)) for n in network.nodes if n.op == "call_function"]
+    assert calls == [("softplus", {"beta": 2.0}), ("leaky_relu", {"negative_slope": 0.2}),
+                     ("hardtanh", {"min_val": -0.5, "max_val": 0.5}), ("relu", {})]
+    x = torch.randn(5, 3)
+    y = module[0](x)
+    for target, kwargs in calls:   # the official reader's construction, by hand
+        y = getattr(F, target)(y, **kwargs)
+    with torch.no_grad():
+        torch.testing.assert_close(y, module(x))
+
+
 def test_plain_convert_warns_about_our_extensions(tmp_path):
     result = convert(testcases.bundled_cases() / "066_add" / "net.yaml", tmp_path / "a.yaml")
     assert any("uses petab-sciml extensions of the NN model YAML" in w
