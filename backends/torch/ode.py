@@ -252,3 +252,116 @@ def solver(field: Field, options: SolveOptions, *, compile: bool) -> Callable[..
     if compile:
         return compiled(make_solve(field, options, loop="while_loop"))
     return make_solve(field, options)
+
+
+# ---------------------------------------------------------------------- batched solves
+def _rms_rows(x: torch.Tensor) -> torch.Tensor:
+    return torch.sqrt(torch.mean(x * x, dim=-1))
+
+
+def initial_step_batched(field: Field, tab: Tableau, t0, y0, f0, rtol: float, atol: float,
+                         args):
+    """:func:`initial_step` of every experiment of a batch (rows of ``y0``)."""
+    scale = atol + rtol * y0.abs()
+    d0, d1 = _rms_rows(y0 / scale), _rms_rows(f0 / scale)
+    h0 = torch.where((d0 < 1e-5) | (d1 < 1e-5), torch.full_like(d0, 1e-6),
+                     0.01 * d0 / torch.clamp(d1, min=1e-300))
+    f1 = field(t0 + h0, y0 + h0[:, None] * f0, args)
+    d2 = _rms_rows((f1 - f0) / scale) / h0
+    big = torch.maximum(d1, d2)
+    h1 = torch.where(big <= 1e-15, torch.maximum(torch.full_like(h0, 1e-6), h0 * 1e-3),
+                     (0.01 / torch.clamp(big, min=1e-300)) ** (1.0 / (tab.order + 1)))
+    return torch.minimum(100 * h0, h1)
+
+
+def make_batched_solve(field: Field, options: SolveOptions) -> Callable[..., Any]:
+    """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)`` for a batch of ``E``
+    independent problems solved together: ``y0`` is ``(E, n)``, ``t0`` and ``t1`` are
+    ``(E,)``, ``ts`` is ``(E, N)`` (each row sorted, in ``[t0, t1]``; pad a shorter grid
+    with its ``t1``); ``field(t, y, args)`` takes ``t`` of shape ``(E,)`` and ``y`` of
+    shape ``(E, n)``.  Returns ``ys`` ``(E, N, n)``, ``y1`` ``(E, n)``, ``ok`` ``(E,)``
+    and the steps per problem ``(E,)``.
+
+    Every problem keeps its **own** time, step size and error control, exactly as
+    :func:`make_solve` would solve it alone (same tableau, controller, initial step,
+    steps shortened to land on its output times): only the right-hand side is evaluated
+    for all problems at once.  A problem that has finished (or failed) stops moving
+    while the others go on (its rows take zero-length steps, which cost nothing but the
+    batched evaluation).  So results agree with one-at-a-time solves to rounding, not
+    merely to the solver tolerance.
+
+    The loop is eager Python.  Autograd may flow through it (back-propagation through
+    the steps): the step-size decisions are taken on detached values, so gradients are
+    those of the discrete solution for the step sequence taken."""
+    tab = tableau(options.method)
+    rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
+    inv_order = 1.0 / tab.order
+
+    def step(t, y, f0, h, args):
+        hc = h[:, None]
+        ks = [f0]
+        for i, (ci, ai) in enumerate(zip(tab.c, tab.a)):
+            yi = y + _combine(hc, ks, ai)
+            ks.append(field(t + ci * h, yi, args))
+            if i == len(tab.a) - 1:
+                y1 = yi
+        return y1, ks[-1], _combine(hc, ks, tab.e)
+
+    def solve(y0, t0, t1, ts, args):
+        E, n_out = ts.shape
+        f0 = field(t0, y0, args)
+        with torch.no_grad():
+            h = initial_step_batched(field, tab, t0, y0.detach(), f0.detach(), rtol, atol,
+                                     args)
+        good = torch.isfinite(h) & torch.all(torch.isfinite(f0.detach()), dim=1)
+        ys = torch.full((E, n_out, y0.shape[1]), float("nan"), dtype=y0.dtype,
+                        device=y0.device)
+        k = torch.zeros(E, dtype=torch.int64, device=y0.device)
+        n = torch.zeros_like(k)
+        t, y, f = t0.clone(), y0, f0
+        slots = torch.arange(n_out, device=y0.device)
+        rows = torch.arange(E, device=y0.device)
+        while True:
+            active = ((t < t1) | (k < n_out)) & (n < max_steps) & good
+            if not bool(active.any()):
+                break
+            has_out = k < n_out
+            kc = torch.clamp(k, max=n_out - 1)
+            target = torch.where(has_out, ts[rows, kc], t1)
+            gap = torch.where(active, target - t, torch.zeros_like(t))
+            clipped = gap <= h
+            h_try = torch.where(clipped, gap, h)
+            y1, f1, err = step(t, y, f, h_try, args)
+            with torch.no_grad():
+                yd, y1d = y.detach(), y1.detach()
+                ratio = _rms_rows(err.detach() / (atol + rtol * torch.maximum(yd.abs(),
+                                                                               y1d.abs())))
+                accept = active & (ratio <= 1.0) & torch.all(torch.isfinite(y1d), dim=1)
+                hit = accept & clipped & has_out
+                t_new = torch.where(accept, torch.where(clipped, target, t + h_try), t)
+                factor = torch.where(
+                    ratio == 0, torch.full_like(ratio, IFACTOR),
+                    torch.clamp(SAFETY * torch.clamp(ratio, min=1e-300) ** (-inv_order),
+                                max=IFACTOR))
+                factor = torch.where(accept, torch.clamp(factor, min=1.0),
+                                     torch.clamp(factor, min=DFACTOR))
+                factor = torch.where(torch.isfinite(ratio), factor,
+                                     torch.full_like(ratio, DFACTOR))
+                h_new = torch.where(accept & clipped, torch.maximum(h, h_try * factor),
+                                    h_try * factor)
+                h_ok = torch.isfinite(h_new) & (h_new > 1e-14 * torch.clamp(t_new.abs(),
+                                                                           min=1.0))
+                good = good & (h_ok | (h_try == 0) | ~active)
+                h = torch.where(active & h_ok, h_new, h)
+                n = n + (active & (h_try > 0)).to(n.dtype)
+                k = k + hit.to(k.dtype)
+                at = hit[:, None] & (slots[None, :] == kc[:, None])
+            keep = accept[:, None]
+            y = torch.where(keep, y1, y)
+            f = torch.where(keep, f1, f)
+            ys = torch.where(at[:, :, None], y1[:, None, :], ys)
+            t = t_new
+        ok = good & (t >= t1) & (k >= n_out)
+        return ys, y, ok, n
+
+    return solve

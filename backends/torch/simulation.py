@@ -60,6 +60,13 @@ class TorchOptions:
     max_steps: int = 100_000
     compile: bool = False
     """Compile every solve with ``torch.compile`` (``forward`` sensitivities only)."""
+    batch_experiments: bool = True
+    """Solve experiments of the same structure (same number of periods, no steady state)
+    as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
+    states ``(n_experiments, n_states)``, each experiment with its own step sizes) when
+    there are at least two of them, the solves are eager (``compile=False``) and the
+    sensitivity is ``forward`` or ``autograd`` with ``dopri5``/``dopri8``.  False: one
+    solve after another (the unbatched reference path)."""
 
 
 class TorchExecutor:
@@ -102,6 +109,7 @@ class TorchExecutor:
         self._jacobian = self._symbolic_jacobian()
         self._p_layout()
         self._prepare()
+        self._prepare_batches()
         self._solvers: dict[tuple, Any] = {}
         self._tensor_cache: dict[tuple, dict[str, Any]] = {}
         self.n_steps = 0
@@ -265,6 +273,45 @@ class TorchExecutor:
         for i, (_, idx, *_) in enumerate(plan.priors):
             d[f"prior_{i}"] = np.asarray(idx, np.int64)
         self._numpy_data = d
+
+    def _prepare_batches(self) -> None:
+        """Experiments solved together (``batch_experiments``): those of one number of
+        periods and without a steady-state period form a batch when there are at least
+        two; each period's start, end, padded output times and change indices stacked
+        per batch (targets padded with one index past the end: dropped)."""
+        plan, o = self.plan, self.options
+        self.batches: list[tuple[int, list[int]]] = []
+        batchable = (o.batch_experiments and not o.compile and o.method in FORWARD_METHODS
+                     and o.sensitivity in ("forward", "autograd"))
+        if not batchable:
+            return
+        by_p: dict[int, list[int]] = {}
+        for e, exp in enumerate(plan.experiments):
+            if not any(p["steady"] for p in self.periods[e]):
+                by_p.setdefault(len(exp.periods), []).append(e)
+        d = self._numpy_data
+        n_theta, n_x = len(plan.theta_ids), len(plan.state_ids)
+        for P, exps in sorted(by_p.items()):
+            if len(exps) < 2:
+                continue
+            b = len(self.batches)
+            self.batches.append((P, exps))
+            d[f"b{b}_group"] = np.array([plan.experiments[e].group for e in exps], np.int64)
+            for k in range(P):
+                pers = [self.periods[e][k] for e in exps]
+                n = max(1, max(q["n_times"] for q in pers))
+                d[f"b{b}p{k}_start"] = np.array([q["start"] for q in pers], np.float64)
+                d[f"b{b}p{k}_end"] = np.array([q["end"] for q in pers], np.float64)
+                d[f"b{b}p{k}_ts"] = np.stack([d[f"{q['key']}_ts"][:n] for q in pers])
+                for kind, dummy in (("th", n_theta), ("st", n_x)):
+                    tgts = [d[f"{q['key']}_{kind}_t"] for q in pers]
+                    srcs = [d[f"{q['key']}_{kind}_s"] for q in pers]
+                    width = max(t.size for t in tgts)
+                    tgt = np.full((len(exps), width), dummy, np.int64)
+                    src = np.zeros((len(exps), width), np.int64)
+                    for i, (t, s_) in enumerate(zip(tgts, srcs)):
+                        tgt[i, : t.size], src[i, : s_.size] = t, s_
+                    d[f"b{b}p{k}_{kind}_t"], d[f"b{b}p{k}_{kind}_s"] = tgt, src
 
     def tensors(self, like: torch.Tensor) -> dict[str, torch.Tensor]:
         """The data arrays on ``like``'s device, floats in its dtype (cached)."""
@@ -434,6 +481,70 @@ class TorchExecutor:
             jac[:, n_x + start: n_x + start + size] = r_o @ d_w
         return fx, jac[:, :n_x], jac[:, n_x:]
 
+    def _hybrid_ok(self) -> bool:
+        """Whether :meth:`_hybrid` applies (no network reads another's outputs inside
+        the right-hand side)."""
+        try:
+            self._hybrid()
+        except SimulationError:
+            return False
+        return True
+
+    def _eager_jacobian_batched(self, t, x, p, arrays):
+        """:meth:`_eager_jacobian` of a batch of experiments (rows of ``x`` and ``p``):
+        the networks run once on the batch with per-experiment copies of their arrays
+        (``vmap``), so one backward pass per network output gives every experiment's
+        derivatives."""
+        from torch.func import vmap
+
+        hyb = self._hybrid()
+        plan = self.plan
+        E = x.shape[0]
+        n_x, n_theta = len(plan.state_ids), len(plan.theta_ids)
+        m = hyb["m"]
+        theta = p[:, :n_theta]
+        outs = [p.new_zeros((E, net.n_outputs)) for net in plan.networks]
+        for j, a, b in self.p_pre:
+            outs[j] = p[:, a:b]
+        pieces = []
+        for j, start, base, size in self.p_nets:
+            vals = hyb["inputs"][j](t, x, theta, *outs)
+            n_in = len(plan.networks[j].input_exprs)
+            inp = vals[:, :n_in].detach().requires_grad_(True)
+            jac_in = vals[:, n_in:].reshape(E, n_in, m)
+            wj = p[:, start: start + size].detach().requires_grad_(True)
+
+            def forward(inp_, w_, arrays_, j=j, base=base):
+                return self._net_forward(j, inp_, arrays_, self._net_params(j, w_, base),
+                                         functional=True)
+
+            with torch.enable_grad():
+                out = vmap(forward, randomness="different")(inp, wj, arrays)
+                n_o = out.shape[1]
+                rows_in, rows_w = [], []
+                for k in range(n_o):
+                    g_in, g_w = torch.autograd.grad(out[:, k].sum(), (inp, wj),
+                                                    retain_graph=k + 1 < n_o,
+                                                    allow_unused=True)
+                    rows_in.append(g_in if g_in is not None else torch.zeros_like(inp))
+                    rows_w.append(g_w if g_w is not None else torch.zeros_like(wj))
+            outs[j] = out.detach()
+            d_in = (torch.stack(rows_in, 1) @ jac_in if n_in else x.new_zeros((E, n_o, m)))
+            d_w = torch.stack(rows_w, 1) if n_o else x.new_zeros((E, 0, size))
+            pieces.append((d_in, d_w, start, size, n_o))
+        vals = hyb["rhs"](t, x, theta, *outs)
+        fx = vals[:, :n_x]
+        r = vals[:, n_x:].reshape(E, n_x, m + sum(pc[4] for pc in pieces))
+        jac = x.new_zeros((E, n_x, n_x + p.shape[1]))
+        jac[:, :, :m] = r[:, :, :m]
+        col = m
+        for d_in, d_w, start, size, n_o in pieces:
+            r_o = r[:, :, col: col + n_o]
+            col += n_o
+            jac[:, :, :m] += r_o @ d_in
+            jac[:, :, n_x + start: n_x + start + size] = r_o @ d_w
+        return fx, jac[:, :, :n_x], jac[:, :, n_x:]
+
     def _hybrid(self) -> dict[str, Any]:
         """Symbolic derivatives for :meth:`_eager_jacobian` (compiled on first use): the
         right-hand side with respect to ``(x, theta, pre-initialization outputs)`` and to
@@ -474,7 +585,7 @@ class TorchExecutor:
         return self._hybrid_fns
 
     def _solver(self, kind: str, dtype: torch.dtype):
-        from petab_sciml.backends.torch.ode import SolveOptions, solver
+        from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve, solver
 
         key = (kind, dtype)
         found = self._solvers.get(key)
@@ -483,9 +594,14 @@ class TorchExecutor:
             rtol, atol = o.rtol, o.atol
             if dtype == torch.float32:
                 rtol, atol = max(rtol, FLOAT32_TOLERANCE), max(atol, FLOAT32_TOLERANCE)
-            field = self._aug_field if kind == "aug" else self._plain_field
-            found = solver(field, SolveOptions(o.method, rtol, atol, o.max_steps),
-                           compile=o.compile)
+            fields = {"aug": self._aug_field, "plain": self._plain_field,
+                      "aug_batched": self._aug_field_batched,
+                      "plain_batched": self._plain_field_batched}
+            solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
+            if kind.endswith("_batched"):
+                found = make_batched_solve(fields[kind], solve_options)
+            else:
+                found = solver(fields[kind], solve_options, compile=o.compile)
             self._solvers[key] = found
         return found
 
@@ -524,11 +640,22 @@ class TorchExecutor:
             group_theta.append(theta)
             group_outs.append(outs)
 
-        xs, thetas = [], []
+        pieces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         ok = torch.ones((), dtype=torch.bool, device=w.device)
         self.n_steps = 0
+        batched = {e for _, exps in self.batches for e in exps}
         with _rhs_networks_in_eval_mode(self):
+            for b, (P, exps) in enumerate(self.batches):
+                ys, ths, good = self._solve_batch(b, P, group_theta, group_outs, arrays_all,
+                                                  d, w)
+                ok = ok & good
+                for i, e in enumerate(exps):
+                    for k in range(P):
+                        n = self.periods[e][k]["n_times"]
+                        pieces[(e, k)] = (ys[k][i, :n], ths[k][i])
             for e, exp in enumerate(plan.experiments):
+                if e in batched:
+                    continue
                 theta = group_theta[exp.group]
                 outs = list(group_outs[exp.group])
                 arrays = [{k: v[exp.group] for k, v in a.items()} for a in arrays_all]
@@ -551,8 +678,11 @@ class TorchExecutor:
                             x = x.index_put((st_t,), vals[st_s])
                     y, x, good = self._solve(x, theta, outs, arrays, period, d, w, params)
                     ok = ok & good
-                    xs.append(y)
-                    thetas.append(theta)
+                    pieces[(e, k)] = (y, theta)
+        order = [(e, k) for e, exp in enumerate(plan.experiments)
+                 for k in range(len(exp.periods))]
+        xs = [pieces[ek][0] for ek in order]
+        thetas = [pieces[ek][1] for ek in order]
         if not thetas:   # no measurements
             X = w.new_zeros((0, n_x))
             TH = w.new_zeros((0, d["theta0"].shape[0]))
@@ -592,6 +722,117 @@ class TorchExecutor:
                 "ok": ok}
 
     # ------------------------------------------------------------------ ODE solves
+    def _solve_batch(self, b, P, group_theta, group_outs, arrays_all, d, w):
+        """Batch ``b`` (``self.batches``): its experiments' periods solved together;
+        per period ``(x at the padded output times (E, N, n_x), theta (E, n_theta))``
+        and whether every solve succeeded."""
+        fns = self.fns
+        groups = d[f"b{b}_group"]
+        theta = torch.stack(group_theta)[groups]
+        n_nets = len(self.plan.networks)
+        outs = [torch.stack([go[j] for go in group_outs])[groups] for j in range(n_nets)]
+        arrays = [{k: v[groups] for k, v in a.items()} for a in arrays_all]
+        ok = torch.ones((), dtype=torch.bool, device=w.device)
+        ys, thetas = [], []
+        x = None
+        for k in range(P):
+            key = f"b{b}p{k}"
+            start, end, ts = d[f"{key}_start"], d[f"{key}_end"], d[f"{key}_ts"]
+            th_t, th_s = d[f"{key}_th_t"], d[f"{key}_th_s"]
+            st_t, st_s = d[f"{key}_st_t"], d[f"{key}_st_s"]
+            if k == 0:
+                x = fns.x0(start, theta, *outs)
+                if st_t.shape[1]:
+                    vals = fns.changes(start, x, theta, *outs)
+                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+            elif th_t.shape[1] or st_t.shape[1]:
+                vals = fns.changes(start, x, theta, *outs)
+                if th_t.shape[1]:
+                    theta = _scatter_rows(theta, th_t, vals.gather(1, th_s))
+                if st_t.shape[1]:
+                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+            y, x, good = self._solve_span_batched(x, theta, outs, arrays, start, end, ts, w)
+            ok = ok & torch.all(good)
+            ys.append(y)
+            thetas.append(theta)
+        return ys, thetas, ok
+
+    def _solve_span_batched(self, x0, theta, outs, arrays, t0, t1, ts, w):
+        """One period of a batch of experiments (rows): ``(x at ts (E, N, n_x), x at the
+        end (E, n_x), ok (E,))``.  Forward sensitivities: ``S`` per experiment with
+        respect to ``(x0, p)`` (``p`` the experiment's own constants, pre-initialization
+        outputs and the right-hand-side network arrays); ``autograd``: back-propagation
+        through the batched steps."""
+        local = [theta] + [outs[j] for j in self.pre_ids]
+        p_local = torch.cat(local, 1)
+        shared = [w[base: base + size] for _, _, base, size in self.p_nets]
+        rhs_arrays = [arrays[j] if j in self.rhs_nets else {} for j in range(len(arrays))]
+        grad = torch.is_grad_enabled() and (x0.requires_grad or p_local.requires_grad
+                                            or any(s.requires_grad for s in shared))
+        if grad and self.options.sensitivity == "forward":
+            E = x0.shape[0]
+            p = torch.cat([p_local] + [s.expand(E, -1) for s in shared], 1)
+            return _BatchedForwardSensitivity.apply(x0, p, self, rhs_arrays, t0, t1, ts)
+        w_rhs = torch.cat(shared) if shared else w.new_zeros((0,))
+        solve = self._solver("plain_batched", x0.dtype)
+        ys, y1, ok, steps = solve(x0, t0, t1, ts, (p_local, w_rhs, rhs_arrays))
+        self.n_steps += int(steps.sum())
+        return ys, y1, ok
+
+    def _plain_field_batched(self, t, x, args):
+        """``dx/dt`` of a batch of experiments (rows of ``x``; ``t`` per row): their own
+        constants and pre-initialization outputs ``p_local``, the right-hand-side network
+        arrays ``w_rhs`` shared (networks applied to the batch)."""
+        p_local, w_rhs, arrays = args
+        plan = self.plan
+        E = x.shape[0]
+        theta = p_local[:, : len(plan.theta_ids)]
+        outs = [x.new_zeros((E, n.n_outputs)) for n in plan.networks]
+        for j, a, b in self.p_pre:
+            outs[j] = p_local[:, a:b]
+        n_local = p_local.shape[1]
+        for j, start, base, size in self.p_nets:
+            flat = w_rhs[start - n_local: start - n_local + size]
+            params = self._net_params(j, flat, base)
+            outs[j] = self._net_out(j, t, x, theta, outs, arrays, params, batched=True,
+                                    functional=True)
+        return self.fns.rhs(t, x, theta, *outs)
+
+    def _aug_field_batched(self, t, y, args):
+        """:meth:`_aug_field` of a batch of experiments (rows of ``y``, ``p``)."""
+        from torch.func import vjp, vmap
+
+        p, arrays = args
+        E = y.shape[0]
+        n_x = len(self.plan.state_ids)
+        n = n_x + p.shape[1]
+        x = y[:, :n_x]
+        sens = y[:, n_x:].reshape(E, n_x, n)
+        if self._jacobian is not None:
+            plan = self.plan
+            theta = p[:, : len(plan.theta_ids)]
+            outs = [p.new_zeros((E, net.n_outputs)) for net in plan.networks]
+            for j, a, b in self.p_pre:
+                outs[j] = p[:, a:b]
+            values = self._jacobian(t, x, theta, *outs)
+            fx = values[:, :n_x]
+            jac = values[:, n_x:].reshape(E, n_x, n)
+            jx, jp = jac[:, :, :n_x], jac[:, :, n_x:]
+        elif self._hybrid_ok():
+            fx, jx, jp = self._eager_jacobian_batched(t, x, p, arrays)
+        else:
+            eye = torch.eye(n_x, dtype=y.dtype, device=y.device)
+
+            def one(t_, x_, p_, arrays_):
+                f, pull = vjp(lambda a, b: self._field_p(t_, a, b, arrays_), x_, p_)
+                jx_, jp_ = vmap(pull)(eye)
+                return f, jx_, jp_
+
+            fx, jx, jp = vmap(one, randomness="different")(t, x, p, arrays)
+        ds = (jx[:, :, :, None] * sens[:, None]).sum(2) + torch.cat([torch.zeros_like(jx),
+                                                                     jp], 2)
+        return torch.cat([fx, ds.reshape(E, -1)], 1)
+
     def _solve(self, x0, theta, outs, arrays, period, d, w, params):
         """One period: ``(x at its measurement times, x at its end, ok)``."""
         if period["steady"]:
@@ -736,6 +977,13 @@ class _rhs_networks_in_eval_mode:
             m.train(True)
 
 
+def _scatter_rows(base, targets, values):
+    """``base`` (rows) with ``values[i, c]`` written to column ``targets[i, c]``; targets
+    equal to ``base.shape[1]`` (padding) are dropped."""
+    extended = torch.cat([base, base.new_zeros((base.shape[0], 1))], 1)
+    return extended.scatter(1, targets, values)[:, : base.shape[1]]
+
+
 def _overrides(theta, index, values):
     if index.shape[1] == 0:
         return theta.new_zeros((theta.shape[0], 0))
@@ -772,3 +1020,35 @@ class _ForwardSensitivity(torch.autograd.Function):
         g = torch.einsum("ti,tij->j", ct_xs, s_ts) + ct_x1 @ s1
         n_x = ctx.n_x
         return g[:n_x], g[n_x:], None, None, None, None, None
+
+
+class _BatchedForwardSensitivity(torch.autograd.Function):
+    """:class:`_ForwardSensitivity` for a batch of experiments (rows of ``x0`` and
+    ``p``), solved together by :func:`~petab_sciml.backends.torch.ode.make_batched_solve`.
+    An experiment whose solve failed gets NaN states and a zero ``S``."""
+
+    @staticmethod
+    def forward(ctx, x0, p, executor, arrays, t0, t1, ts):
+        E, n_x = x0.shape
+        n = n_x + p.shape[1]
+        s0 = torch.eye(n_x, n, dtype=x0.dtype, device=x0.device).reshape(1, -1)
+        y0 = torch.cat([x0.detach(), s0.expand(E, -1)], 1)
+        solve = executor._solver("aug_batched", x0.dtype)
+        ys, y1, ok, steps = solve(y0, t0, t1, ts, (p.detach(), arrays))
+        executor.n_steps += int(steps.sum())
+        xs, x1 = ys[:, :, :n_x], y1[:, :n_x]
+        s_ts = ys[:, :, n_x:].reshape(E, -1, n_x, n)
+        s1 = y1[:, n_x:].reshape(E, n_x, n)
+        s_ts = torch.where(ok[:, None, None, None], s_ts, torch.zeros_like(s_ts))
+        s1 = torch.where(ok[:, None, None], s1, torch.zeros_like(s1))
+        ctx.save_for_backward(s_ts, s1)
+        ctx.n_x = n_x
+        ctx.mark_non_differentiable(ok)
+        return xs, x1, ok
+
+    @staticmethod
+    def backward(ctx, ct_xs, ct_x1, _):
+        s_ts, s1 = ctx.saved_tensors
+        g = torch.einsum("eti,etij->ej", ct_xs, s_ts) + torch.einsum("ei,eij->ej", ct_x1, s1)
+        n_x = ctx.n_x
+        return g[:, :n_x], g[:, n_x:], None, None, None, None, None

@@ -1,0 +1,161 @@
+"""Experiments solved as one batched solve in PyTorch (issue 17): states of shape
+``(n_experiments, n_states)``, networks applied to the batch, each experiment with its own
+time grid and its own adaptive step sizes (``backends/torch/ode.py:
+make_batched_solve``).
+
+* The batched solver against the exact solution of a linear ODE (values and gradients
+  through the steps), and a batch against each of its rows solved alone (bitwise close).
+* Forward sensitivities: batched and unbatched (``batch_experiments=False``) objectives
+  agree to 1e-10 (float64) on the suite's multi-experiment problem cases and on the
+  bundled Lotka-Volterra UDE scaled to several experiments (two structures).
+* ``autograd`` (back-propagation through the batched steps) against forward
+  sensitivities: to the solver tolerance (different gradient methods).  Torch batched
+  against JAX: ``test_simulation_suite.py::test_backends_agree`` on cases 003 and 038.
+* Suite case 038 (a ReLU network in the right-hand side) is not compared here: batched
+  and unbatched network products round differently in the last bits and the kinks
+  amplify that to 2e-10 in its simulations (as in JAX); both paths meet the suite's
+  references there (``test_simulation_suite.py`` runs the batched one).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.conftest import requires_suite
+from tests.test_simulation_suite import CASES, _evaluate, _id
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchdiffeq")
+pytest.importorskip("libsbml")
+
+TOL = 1e-10
+MULTI_EXPERIMENT_CASES = [p for p in CASES if (p.parent.name, p.name) ==
+                          ("sciml_problem_import", "003")]
+
+
+def _close(a, b) -> float:
+    """Largest difference, relative to max(1, |value|)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.size == 0:
+        return 0.0
+    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b))))
+
+
+# --------------------------------------------------------------------- the solver
+def _decay(t, y, args):
+    """dy/dt = -a y, one rate per row (batched: y (E, 2), a (E,))."""
+    return -args[:, None] * y
+
+
+def test_batched_solver_matches_exact_solution_and_rows_alone():
+    from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
+
+    solve = make_batched_solve(_decay, SolveOptions("dopri5", 1e-10, 1e-10))
+    dt = torch.float64
+    rates = torch.tensor([0.3, 1.7, 0.9], dtype=dt, requires_grad=True)
+    y0 = torch.tensor([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]], dtype=dt)
+    t0 = torch.tensor([0.0, 1.0, 0.5], dtype=dt)
+    t1 = torch.tensor([4.0, 3.0, 6.0], dtype=dt)
+    # own grids; the second row's shorter grid padded with its end
+    ts = torch.tensor([[1.0, 2.5, 4.0], [1.5, 3.0, 3.0], [0.7, 2.0, 5.0]], dtype=dt)
+    ys, y1, ok, steps = solve(y0, t0, t1, ts, rates)
+    assert bool(ok.all()) and bool((steps > 0).all())
+    exact = y0[:, None, :] * torch.exp(-rates[:, None, None] * (ts - t0[:, None])[..., None])
+    assert float((ys - exact).detach().abs().max()) < 1e-8
+    assert float((y1 - y0 * torch.exp(-rates * (t1 - t0))[:, None]).detach().abs().max()) < 1e-8
+    # gradient through the steps against d/da of the exact solution
+    (g,) = torch.autograd.grad(ys.sum(), rates)
+    g_exact = (-(ts - t0[:, None])[..., None] * exact).sum((1, 2))
+    assert float((g - g_exact).detach().abs().max()) < 1e-7
+    # each row alone: the same steps, the same numbers
+    for i in range(3):
+        r = rates[i: i + 1].detach()
+        alone = solve(y0[i: i + 1], t0[i: i + 1], t1[i: i + 1], ts[i: i + 1], r)
+        assert int(alone[3][0]) == int(steps[i])
+        assert float((alone[0][0] - ys[i]).abs().max()) <= 1e-14
+        assert float((alone[1][0] - y1[i]).abs().max()) <= 1e-14
+
+
+def test_batched_solver_row_failure_stays_in_its_row():
+    """A row exceeding ``max_steps`` fails alone; the others finish."""
+    from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
+
+    solve = make_batched_solve(_decay, SolveOptions("dopri5", 1e-10, 1e-10, max_steps=40))
+    dt = torch.float64
+    rates = torch.tensor([0.1, 80.0], dtype=dt)   # the stiff row needs many more steps
+    y0 = torch.ones((2, 2), dtype=dt)
+    ts = torch.tensor([[1.0], [1.0]], dtype=dt)
+    ys, _, ok, steps = solve(y0, torch.zeros(2, dtype=dt), torch.ones(2, dtype=dt), ts, rates)
+    assert ok.tolist() == [True, False]
+    assert int(steps[1]) == 40
+    assert abs(float(ys[0, 0, 0]) - math.exp(-0.1)) < 1e-9
+
+
+# --------------------------------------------------------------------- problems
+def _agree(batched, unbatched, tol=TOL) -> None:
+    assert batched.ok and unbatched.ok
+    assert _close(batched.value, unbatched.value) <= tol
+    assert _close(batched.simulations, unbatched.simulations) <= tol
+    assert _close(batched.grad_flat, unbatched.grad_flat) <= tol
+
+
+@requires_suite
+@pytest.mark.parametrize("case_path", MULTI_EXPERIMENT_CASES, ids=_id)
+def test_suite_case_batched_equals_unbatched_torch(case_path):
+    from petab_sciml.testcases import evaluate_problem_case
+
+    case, sim, batched = _evaluate(case_path, "torch")
+    # the suite's multi-experiment cases: both experiments in one batch
+    assert [len(exps) for _, exps in sim.executor.batches] == [2]
+    usim, unbatched = evaluate_problem_case(case, "torch", batch_experiments=False)
+    assert usim.executor.batches == []
+    _agree(batched, unbatched)
+
+
+@pytest.fixture(scope="module")
+def scaled_lv(tmp_path_factory):
+    from tests.problems.scaled_lv import write_scaled_lv
+
+    folder = tmp_path_factory.mktemp("scaled_lv_torch")
+    return folder, write_scaled_lv(folder, 4, n_two_period=2)
+
+
+def _w(problem):
+    w = problem.simulator().plan.w0.copy()
+    w[:3] = [1.25, 0.85, 1.75]   # away from the nominal values, near the data
+    return w
+
+
+def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv):
+    from petab_sciml.problem import load_problem
+
+    problem = load_problem(scaled_lv[1], backend="torch")
+    batched = problem.simulator()
+    # one batch per structure: one-period and two-period experiments
+    assert sorted(len(exps) for _, exps in batched.executor.batches) == [2, 4]
+    unbatched = problem.simulator(batch_experiments=False)
+    w = _w(problem)
+    _agree(batched.evaluate(w), unbatched.evaluate(w))
+
+
+def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):
+    """Back-propagation through the batched steps (``sensitivity="autograd"``) against
+    forward sensitivities: to the solver tolerance (rtol = atol = 1e-8; error control on
+    the states only there, on the sensitivities too here).  Torch batched against JAX:
+    ``tests/test_simulation_suite.py::test_backends_agree`` on the suite's two
+    multi-experiment cases (003, 038), both solved as one batch in torch."""
+    from petab_sciml.problem import load_problem
+
+    problem = load_problem(scaled_lv[1], backend="torch")
+    w = _w(problem)
+    forward = problem.simulator().evaluate(w)
+    auto = problem.simulator(sensitivity="autograd")
+    assert sorted(len(exps) for _, exps in auto.executor.batches) == [2, 4]
+    by_steps = auto.evaluate(w)
+    assert by_steps.ok and forward.ok
+    assert _close(by_steps.value, forward.value) <= 1e-6
+    assert _close(by_steps.simulations, forward.simulations) <= 1e-6
+    assert _close(by_steps.grad_flat, forward.grad_flat) <= 1e-4
