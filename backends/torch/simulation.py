@@ -773,27 +773,28 @@ class TorchExecutor:
             E = x0.shape[0]
             p = torch.cat([p_local] + [s.expand(E, -1) for s in shared], 1)
             return _BatchedForwardSensitivity.apply(x0, p, self, rhs_arrays, t0, t1, ts)
-        w_rhs = torch.cat(shared) if shared else w.new_zeros((0,))
+        # the networks' arrays as views taken once per solve (a view per right-hand-side
+        # call would cost a zero-filled copy of w per call in the backward pass)
+        net_params = [(j, self._net_params(j, s, base))
+                      for (j, _, base, _), s in zip(self.p_nets, shared)]
         solve = self._solver("plain_batched", x0.dtype)
-        ys, y1, ok, steps = solve(x0, t0, t1, ts, (p_local, w_rhs, rhs_arrays))
+        ys, y1, ok, steps = solve(x0, t0, t1, ts, (p_local, net_params, rhs_arrays))
         self.n_steps += int(steps.sum())
         return ys, y1, ok
 
     def _plain_field_batched(self, t, x, args):
         """``dx/dt`` of a batch of experiments (rows of ``x``; ``t`` per row): their own
-        constants and pre-initialization outputs ``p_local``, the right-hand-side network
-        arrays ``w_rhs`` shared (networks applied to the batch)."""
-        p_local, w_rhs, arrays = args
+        constants and pre-initialization outputs ``p_local``, the right-hand-side networks'
+        arrays ``net_params`` (``[(network index, {"layer.array": tensor})]``) shared: the
+        networks are applied to the batch."""
+        p_local, net_params, arrays = args
         plan = self.plan
         E = x.shape[0]
         theta = p_local[:, : len(plan.theta_ids)]
         outs = [x.new_zeros((E, n.n_outputs)) for n in plan.networks]
         for j, a, b in self.p_pre:
             outs[j] = p_local[:, a:b]
-        n_local = p_local.shape[1]
-        for j, start, base, size in self.p_nets:
-            flat = w_rhs[start - n_local: start - n_local + size]
-            params = self._net_params(j, flat, base)
+        for j, params in net_params:
             outs[j] = self._net_out(j, t, x, theta, outs, arrays, params, batched=True,
                                     functional=True)
         return self.fns.rhs(t, x, theta, *outs)
