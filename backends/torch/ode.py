@@ -157,14 +157,18 @@ class SolveOptions:
     max_steps: int = 100_000
 
 
-def make_solve(field: Field, options: SolveOptions, *, loop: str = "python"
-               ) -> Callable[..., Any]:
+def make_solve(field: Field, options: SolveOptions, *, loop: str = "python",
+               unroll_stages: bool = False) -> Callable[..., Any]:
     """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)``: ``y`` at the sorted output
     times ``ts`` (``t0 <= ts <= t1``, at least one), at ``t1``, whether the solve
     succeeded, and the number of steps taken.  ``t0``, ``t1`` are 0-d tensors.
 
     ``loop="python"`` runs the steps in a Python loop (eager); ``loop="while_loop"`` as one
-    ``while_loop`` for :func:`compiled` (the same step code)."""
+    ``while_loop`` for :func:`compiled` (the same step code), its stages a loop of their
+    own (:func:`rk_step_looped`) unless ``unroll_stages``: then the right-hand side is
+    traced once per stage, which costs more compilation and less per step (the inner
+    loop's bookkeeping, a copy of its carried tensors and a host read per stage, is
+    most of a step's cost when the right-hand side is small)."""
 
     tab = tableau(options.method)
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
@@ -172,7 +176,7 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python"
 
     def solve(y0, t0, t1, ts, args):
         n_out = ts.shape[0]
-        coeffs = coefficients(tab, y0) if loop == "while_loop" else None
+        coeffs = coefficients(tab, y0) if loop == "while_loop" and not unroll_stages else None
         f0 = field(t0, y0, args)
         h0 = initial_step(field, tab, t0, y0, f0, rtol, atol, args)
         ys0 = torch.full((n_out, y0.shape[0]), float("nan"), dtype=y0.dtype,
@@ -190,7 +194,7 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python"
             gap = target - t
             clipped = gap <= h
             h_try = torch.where(clipped, gap, h)
-            if loop == "while_loop":
+            if loop == "while_loop" and not unroll_stages:
                 y1, f1, err = rk_step_looped(field, coeffs, t, y, f, h_try, args)
             else:
                 y1, f1, err = rk_step(field, tab, t, y, f, h_try, args)
@@ -247,10 +251,12 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
-def solver(field: Field, options: SolveOptions, *, compile: bool) -> Callable[..., Any]:
-    """:func:`make_solve`, compiled or eager."""
+def solver(field: Field, options: SolveOptions, *, compile: bool,
+           unroll_stages: bool = False) -> Callable[..., Any]:
+    """:func:`make_solve`, compiled (stages unrolled or looped) or eager."""
     if compile:
-        return compiled(make_solve(field, options, loop="while_loop"))
+        return compiled(make_solve(field, options, loop="while_loop",
+                                   unroll_stages=unroll_stages))
     return make_solve(field, options)
 
 
