@@ -22,6 +22,10 @@ loop of tensor operations per step.  Networks are called with
 serves the numpy API (``run``) and the native module (gradients flow to ``w``).
 Networks inside the right-hand side run in eval mode during solves (an adaptive solver
 needs a deterministic right-hand side); the others in their module's mode.
+
+Experiments of one structure are solved as one batched solve (``batch_experiments``,
+:func:`~petab_sciml.backends.torch.ode.make_batched_solve`): states ``(E, n_x)``, each
+experiment with its own step sizes, so results equal the one-at-a-time path to rounding.
 """
 
 from __future__ import annotations
