@@ -129,7 +129,8 @@ def _w(problem):
     return w
 
 
-def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv):
+def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv, monkeypatch):
+    from petab_sciml.backends.torch import simulation
     from petab_sciml.problem import load_problem
 
     problem = load_problem(scaled_lv[1], backend="torch")
@@ -138,7 +139,15 @@ def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv):
     assert sorted(len(exps) for _, exps in batched.executor.batches) == [2, 4]
     unbatched = problem.simulator(batch_experiments=False)
     w = _w(problem)
-    _agree(batched.evaluate(w), unbatched.evaluate(w))
+    reference = unbatched.evaluate(w)
+    _agree(batched.evaluate(w), reference)
+    # forward sensitivities of at most two experiments per batch: the four one-period
+    # experiments split in two
+    n_x, n_p = 2, batched.executor.n_p
+    monkeypatch.setattr(simulation, "FORWARD_BATCH_ENTRIES", 2 * n_x * (1 + n_x + n_p))
+    split = problem.simulator()
+    assert sorted(len(exps) for _, exps in split.executor.batches) == [2, 2, 2]
+    _agree(split.evaluate(w), reference)
 
 
 def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):

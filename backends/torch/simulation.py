@@ -46,6 +46,9 @@ SYMBOLIC_JACOBIAN_MAX = 20_000
 FORWARD_METHODS = ("dopri5", "dopri8")
 TORCHDIFFEQ_METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
 FLOAT32_TOLERANCE = 1e-5
+FORWARD_BATCH_ENTRIES = 2**21
+"""Most states and forward sensitivities (entries) of one batched solve: larger batches
+are split (about 16 MB per state vector in float64, of which a step holds ~15)."""
 STEADY_STATE_DOUBLINGS = 60
 """A steady-state period gives up (a failed solve) after horizons 1, 2, ..., 2**59."""
 """Smallest ``rtol``/``atol`` used when the problem runs in float32 (tighter tolerances
@@ -66,18 +69,20 @@ class TorchOptions:
     """Compile every solve with ``torch.compile`` (``forward`` sensitivities only)."""
     unroll_stages: bool = False
     """Compiled solves (``compile=True``): trace the right-hand side once per Runge-Kutta
-    stage instead of looping over the stages.  Each evaluation 2.5-3x faster on the
-    suite's cases without a network in the right-hand side (004: 7 ms instead of 19 ms),
-    compilation about twice as long (004: 117 s instead of 53 s on a loaded 2-core
-    machine); with networks in the right-hand side compilation grows more (001: 106 s
-    instead of 28 s)."""
+    stage instead of looping over the stages.  Suite case 004 (no network in the
+    right-hand side): each objective + gradient about 1.35x faster (min 10.2 ms instead
+    of 13.4-15.4 ms, median 16 ms instead of 22 ms, loaded 2-core machine), compilation
+    about twice as long (117 s instead of 53 s with a fresh inductor cache); with
+    networks in the right-hand side compilation grows more (001: 106 s instead of 28 s,
+    ``ode.py``)."""
     batch_experiments: bool = True
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
     states ``(n_experiments, n_states)``, each experiment with its own step sizes) when
     there are at least two of them, the solves are eager (``compile=False``) and the
-    sensitivity is ``forward`` or ``autograd`` with ``dopri5``/``dopri8``.  False: one
-    solve after another (the unbatched reference path)."""
+    sensitivity is ``forward`` or ``autograd`` with ``dopri5``/``dopri8``; with forward
+    sensitivities, batches of at most :data:`FORWARD_BATCH_ENTRIES` states and
+    sensitivities.  False: one solve after another (the unbatched reference path)."""
 
 
 class TorchExecutor:
@@ -302,7 +307,12 @@ class TorchExecutor:
                 by_p.setdefault(len(exp.periods), []).append(e)
         d = self._numpy_data
         n_theta, n_x = len(plan.theta_ids), len(plan.state_ids)
-        for P, exps in sorted(by_p.items()):
+        size = len(plan.state_ids) * (1 + len(plan.state_ids) + self.n_p)
+        most = (max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
+                else len(plan.experiments))
+        chunks = [(P, exps[i: i + most]) for P, exps in sorted(by_p.items())
+                  for i in range(0, len(exps), most)]
+        for P, exps in chunks:
             if len(exps) < 2:
                 continue
             b = len(self.batches)
