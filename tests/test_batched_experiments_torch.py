@@ -145,7 +145,7 @@ def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv, monkeyp
     # experiments split in two
     n_x, n_p = 2, batched.executor.n_p
     monkeypatch.setattr(simulation, "FORWARD_BATCH_ENTRIES", 2 * n_x * (1 + n_x + n_p))
-    split = problem.simulator()
+    split = problem.simulator(sensitivity="forward")   # a new simulator (not the cached one)
     assert sorted(len(exps) for _, exps in split.executor.batches) == [2, 2, 2]
     _agree(split.evaluate(w), reference)
 
