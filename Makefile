@@ -50,9 +50,13 @@ demo: $(DEMO_STAMP)
 cases: $(STAMP)
 	$(BIN)/petab-sciml test-cases run --backend all
 
+# Two pytest workers (CI has 2 cores); each test module runs whole on one worker, so
+# module-scoped fixtures are built once.  TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
