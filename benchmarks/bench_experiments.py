@@ -91,7 +91,8 @@ def baseline(problem_dir: Path, n: int):
     def net(p, x):
         h = jnp.tanh(p["layer1"]["weight"] @ x + p["layer1"]["bias"])
         h = jnp.tanh(p["layer2"]["weight"] @ h + p["layer2"]["bias"])
-        return (p["layer3"]["weight"] @ h + p["layer3"]["bias"])[0]
+        # the example's output is a softplus (a positive rate), PyTorch's default beta 1
+        return jax.nn.softplus(p["layer3"]["weight"] @ h + p["layer3"]["bias"])[0]
 
     def rhs(t, x, theta):
         mech, p = theta

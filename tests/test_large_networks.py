@@ -274,3 +274,38 @@ def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
     np.testing.assert_allclose(tree.simulations, matrix.simulations, rtol=1e-9, atol=1e-12)
     scale = np.max(np.abs(matrix.grad_flat))
     np.testing.assert_allclose(tree.grad_flat, matrix.grad_flat, rtol=0, atol=1e-7 * scale)
+
+
+# --------------------------------------------------------------------------- numpy API
+def test_numpy_api_hands_over_the_compiled_results_unchanged(widened):
+    """The numpy API packs ``p`` into a vector it reuses between calls and returns the
+    gradient as views of the compiled function's output (no copies for large networks):
+    earlier results stay intact after later calls, and each equals the compiled function
+    called directly on its own copy of ``w``."""
+    import jax.numpy as jnp
+
+    from petab_sciml.problem import load_problem
+
+    sim = load_problem(widened[8], backend="jax").simulator(cache=False,
+                                                            sensitivity="reverse")
+    plan, ex = sim.plan, sim.executor
+    assert plan.all_free
+    p0 = sim.parameters()
+    p1 = {"mech": p0["mech"] * 1.05, "nets": p0["nets"]}
+    first = sim.evaluate(p0)
+    second = sim.evaluate(p1)
+    flat = sim.evaluate(plan.w0 * 1.01)
+    mech_only = sim.evaluate({"mech": p0["mech"]})   # arrays not passed keep nominal values
+    for ev, w in ((first, plan.w0), (second, plan.pack(p1)), (flat, plan.w0 * 1.01),
+                  (mech_only, plan.w0)):
+        out, grad = ex.compiled("value_and_grad")(jnp.array(w), jnp.asarray(plan.theta0),
+                                                  ex.data)
+        assert ev.value == float(out["value"])
+        assert np.array_equal(ev.simulations, np.asarray(out["simulations"]))
+        assert np.array_equal(ev.grad_flat, np.asarray(grad))
+        unpacked = plan.unpack(np.asarray(grad))
+        assert np.array_equal(ev.grad["mech"], unpacked["mech"])
+        for layer, arrays in unpacked["nets"]["net1"].items():
+            for name, value in arrays.items():
+                assert np.array_equal(ev.grad["nets"]["net1"][layer][name], value)
+    assert first.value != second.value

@@ -23,6 +23,7 @@ Every compiled formula is ``f(t, x, theta, o_1, ..., o_J)`` (the initial values 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
@@ -262,10 +263,13 @@ class SimulationPlan:
         raise KeyError(net_id)
 
     # ------------------------------------------------------------ parameter vectors
-    def pack(self, params: Mapping[str, Any]) -> np.ndarray:
+    def pack(self, params: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
         """``{"mech": vector, "nets": {net: {layer: {array: values}}}}`` -> ``w``
-        (float64).  Missing networks or arrays keep their nominal values."""
-        w = self.w0.copy()
+        (float64; written into ``out`` if given, else a fresh array aligned for zero-copy
+        hand-over to JAX, see :func:`aligned_empty`).  Missing networks or arrays keep
+        their nominal values."""
+        w = aligned_empty(self.n_w) if out is None else out
+        written: list[tuple[int, int]] = []   # (start, stop) of every entry passed
         mech = params.get("mech")
         if mech is not None:
             mech = np.asarray(_numpy(mech), dtype=np.float64).reshape(-1)
@@ -273,6 +277,7 @@ class SimulationPlan:
                 raise SimulationError(f"'mech' has {mech.size} values; the problem estimates "
                                       f"{self.n_mech} ({', '.join(self.mech_ids)})")
             w[: self.n_mech] = mech
+            written.append((0, self.n_mech))
         nets = params.get("nets") or {}
         for net_id, layers in nets.items():
             try:
@@ -291,19 +296,38 @@ class SimulationPlan:
                         raise SimulationError(f"{net_id}.{layer}.{array} has shape {v.shape}, "
                                               f"expected {slot.shape}")
                     w[slot.offset: slot.offset + slot.size] = v.reshape(-1)
+                    written.append((slot.offset, slot.offset + slot.size))
+        # entries nobody passed keep their nominal values (copied only where needed: w
+        # may hold millions of entries; slots never overlap and each is written once)
+        if sum(stop - start for start, stop in written) < self.n_w:
+            kept = np.ones(self.n_w, bool)
+            for start, stop in written:
+                kept[start:stop] = False
+            np.copyto(w, self.w0, where=kept)
         return w
 
-    def unpack(self, w: np.ndarray) -> dict[str, Any]:
-        """``w`` -> ``{"mech": vector, "nets": {net: {layer: {array: ndarray}}}}``."""
+    def unpack(self, w: np.ndarray, copy: bool = True) -> dict[str, Any]:
+        """``w`` -> ``{"mech": vector, "nets": {net: {layer: {array: ndarray}}}}``.
+
+        ``copy=False``: the arrays are views of ``w`` (no copies: for a ``w`` nobody
+        else holds, e.g. a fresh gradient)."""
         w = np.asarray(w, dtype=np.float64)
+        take = np.copy if copy else (lambda a: a)
         nets: dict[str, dict[str, dict[str, np.ndarray]]] = {}
         for plan in self.networks:
             layers: dict[str, dict[str, np.ndarray]] = {}
             for s in plan.arrays:
                 layers.setdefault(s.layer, {})[s.array] = \
-                    w[s.offset: s.offset + s.size].reshape(s.shape).copy()
+                    take(w[s.offset: s.offset + s.size].reshape(s.shape))
             nets[plan.id] = layers
-        return {"mech": w[: self.n_mech].copy(), "nets": nets}
+        return {"mech": take(w[: self.n_mech]), "nets": nets}
+
+    @functools.cached_property
+    def all_free(self) -> bool:
+        """Every entry of ``w`` is estimated (``free_index`` is ``0, 1, ..., n_w - 1``):
+        gradients need no gathering or scattering."""
+        return bool(self.free_index.size == self.n_w
+                    and np.array_equal(self.free_index, np.arange(self.n_w)))
 
     def free_mask(self) -> np.ndarray:
         mask = np.zeros(self.n_w, bool)
@@ -317,6 +341,16 @@ def _scaled(values: Iterable[float], scale: str) -> tuple[float, ...]:
         return tuple(values)
     log = math.log if scale == "log" else math.log10
     return tuple(-math.inf if v <= 0 else log(v) if math.isfinite(v) else v for v in values)
+
+
+def aligned_empty(n: int, alignment: int = 64) -> np.ndarray:
+    """An uninitialized float64 vector of ``n`` entries whose data starts on an
+    ``alignment``-byte boundary.  ``jax.device_put`` hands such an array to the CPU
+    backend without copying it (it copies anything less aligned), which matters for
+    ``w`` of millions of entries."""
+    raw = np.empty(n * 8 + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start: start + n * 8].view(np.float64)
 
 
 def _numpy(value: Any) -> Any:
