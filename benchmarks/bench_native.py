@@ -1,7 +1,7 @@
 """The native trainable models (issue 11): what a training step costs, measured in one run.
 
     python benchmarks/bench_native.py [--cases 001 002 004] [--evals 20] [--starts 16]
-                                      [--no-torch-compile] [--json]
+                                      [--no-torch-compile] [--no-torch] [--json]
 
 Per suite case (SciML problem import; 001: network in the right-hand side, 002:
 pre-initialization network, 004: network in an observable), median wall time of:
@@ -133,18 +133,21 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=20)
     parser.add_argument("--starts", type=int, default=16)
     parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--no-torch", action="store_true", help="JAX figures only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    import torch
+    if not args.no_torch:
+        import torch
 
-    torch.set_num_threads(1)
+        torch.set_num_threads(1)
     results = {}
     for case in args.cases:
         path = suite_case(case)
         jax_r = bench_jax(path, args.evals, args.starts)
-        eager = bench_torch(path, max(args.evals // 4, 3), False)
-        compiled = None if args.no_torch_compile else bench_torch(path, args.evals, True)
+        eager = None if args.no_torch else bench_torch(path, max(args.evals // 4, 3), False)
+        compiled = (None if args.no_torch_compile or args.no_torch
+                    else bench_torch(path, args.evals, True))
         results[case] = {"jax": jax_r, "torch_eager": eager, "torch_compiled": compiled}
         if not args.json:
             base = jax_r["value_and_grad_s"]
@@ -161,8 +164,9 @@ def main() -> None:
                 print(f"  torch native, compiled           {compiled['per_eval_s'] * 1e3:9.2f}"
                       f" ms   {compiled['per_eval_s'] / base:.1f}x jax (target <= 10x); "
                       f"first call {compiled['first_s']:.1f} s")
-            print(f"  torch native, eager              {eager['per_eval_s'] * 1e3:9.2f} ms"
-                  f"   {eager['per_eval_s'] / base:.0f}x jax")
+            if eager:
+                print(f"  torch native, eager              {eager['per_eval_s'] * 1e3:9.2f}"
+                      f" ms   {eager['per_eval_s'] / base:.0f}x jax")
     if args.json:
         print(json.dumps(results, indent=2))
 
