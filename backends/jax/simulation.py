@@ -27,6 +27,13 @@
   - ``"auto"`` (default): ``forward`` up to :data:`FORWARD_MODE_MAX` parameters times
     experiments in the largest batch with explicit solvers, ``reverse`` otherwise (and
     always with implicit solvers).
+* Batches of starts (``jax.vmap`` of the native model's loss, ``petab_sciml.fit``) with
+  forward sensitivities: the starts of each solve are stacked into one ODE system with
+  one step-size controller (error norm: the largest of the starts' own norms) and
+  differentiated in reverse mode through it (:func:`_solve_lanes`); each start's value
+  and gradient then agree with its unbatched ones to the solver's tolerance, not bit
+  for bit.  Experiments batched with their own times, steady-state periods and
+  ``reverse``/``adjoint`` modes keep a plain ``vmap`` (each start its own steps).
 """
 
 from __future__ import annotations
@@ -653,8 +660,8 @@ class JaxExecutor:
             parts = [leaf.reshape(-1) for leaf in jax.tree_util.tree_leaves(p)]
             return jnp.concatenate(parts) if parts else jnp.zeros((0,))
 
-        def unpack(p, outs_template):
-            theta, pre, arrays_ = p if tree else as_tree(p)
+        def unpack(p, outs_template, p_is_tree=tree):
+            theta, pre, arrays_ = p if p_is_tree else as_tree(p)
             outs = list(outs_template)
             for j, value in zip(pre_ids, pre):
                 outs[j] = value
@@ -664,8 +671,8 @@ class JaxExecutor:
                 target.setdefault(s.layer, {})[s.array] = value
             return theta, outs, nets_
 
-        def field_p(t, x, p, arrays, outs_template):
-            theta, outs, nets_ = unpack(p, outs_template)
+        def field_p(t, x, p, arrays, outs_template, p_is_tree=tree):
+            theta, outs, nets_ = unpack(p, outs_template, p_is_tree)
             return field(t, x, theta, outs, arrays, nets_)
 
         def first(tree_):
@@ -707,8 +714,13 @@ class JaxExecutor:
         lax_solver = _diffrax_solver(opts.solver, scan_kind="lax")
         lax_loop = diffrax.ForwardMode()
 
-        @jax.custom_vjp
-        def core(x0, p, arrays, outs_template, t0, t1, ts):
+        def s0_of(x0, p):
+            if tree:
+                return (jnp.eye(n_x, dtype=x0.dtype), jax.tree_util.tree_map(
+                    lambda a: jnp.zeros((n_x,) + a.shape, x0.dtype), p))
+            return jnp.eye(n_x, n, dtype=x0.dtype)
+
+        def plain_one(x0, p, arrays, outs_template, t0, t1, ts):
             event = steady(lambda t, x, a: [(field_p(t, x, *a), x)], t1, ts)
             sol = diffrax.diffeqsolve(
                 plain_term, lax_solver, t0, t1, None, x0, (p, arrays, outs_template),
@@ -716,12 +728,8 @@ class JaxExecutor:
                 adjoint=lax_loop, throw=False, event=event)
             return sol.ys[0], sol.ys[1][-1], ok_of(sol)
 
-        def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
-            if tree:
-                s0 = (jnp.eye(n_x, dtype=x0.dtype), jax.tree_util.tree_map(
-                    lambda a: jnp.zeros((n_x,) + a.shape, x0.dtype), p))
-            else:
-                s0 = jnp.eye(n_x, n, dtype=x0.dtype)
+        def sens_one(x0, p, arrays, outs_template, t0, t1, ts):
+            s0 = s0_of(x0, p)
 
             def rates(t, y, a):   # states and sensitivities must both settle (AMICI)
                 fx, ds = aug(t, y, a)
@@ -733,22 +741,90 @@ class JaxExecutor:
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
                 adjoint=lax_loop, throw=False, event=steady(rates, t1, ts))
-            (ys, s_ts), (y1, s1) = sol.ys
-            out = (ys, y1[-1], ok_of(sol))
-            return out, (s_ts, first(s1), arrays, outs_template, t0, t1, ts)
+            return sol.ys[0], first(sol.ys[1]), ok_of(sol)
 
-        def core_bwd(res, cts):
-            s_ts, s1, arrays, outs_template, t0, t1, ts = res
-            ct_ys, ct_end, _ = cts
-            zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
+        def grad_one(x0, p, arrays, outs_template, t0, t1, ts, ct_ys, ct_end, s_ts, s1):
+            """Cotangents of ``x0`` and ``p`` from the forward sensitivities."""
             if tree:
                 (sx_ts, sp_ts), (sx1, sp1) = s_ts, s1
                 g_p = jax.tree_util.tree_map(
                     lambda a, b: (jnp.tensordot(ct_ys, a, axes=((0, 1), (0, 1)))
                                   + jnp.tensordot(ct_end, b, axes=1)), sp_ts, sp1)
-                return (jnp.einsum("ti,tij->j", ct_ys, sx_ts) + ct_end @ sx1, g_p, *zeros)
+                return jnp.einsum("ti,tij->j", ct_ys, sx_ts) + ct_end @ sx1, g_p
             g = jnp.einsum("ti,tij->j", ct_ys, s_ts) + ct_end @ s1
-            return (g[:n_x], g[n_x:], *zeros)
+            return g[:n_x], g[n_x:]
+
+        if not self.steady_state:
+            # Under jax.vmap over starts (lanes with common times), all lanes are solved
+            # as one system (_solve_lanes), and the gradient comes from reverse mode
+            # through that solve instead of forward sensitivities: their cost grows
+            # with lanes x parameters, reverse mode's with lanes only (case 001, 16
+            # starts: see benchmarks/FIGURES.md).  Unbatched calls are unchanged.
+            def plain_lanes(mask, x0, p, arrays, outs_template, t0, t1, ts):
+                return _solve_lanes(lambda t, x, a: field_p(t, x, *a), mask,
+                                    (x0, p, arrays, outs_template), (t0, t1, ts),
+                                    solver=lax_solver, adjoint=lax_loop, save=save,
+                                    ok_of=ok_of, options=opts)
+
+            reverse_solver = _diffrax_solver(opts.solver)
+            reverse_adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=opts.checkpoints)
+
+            def reverse_lanes(mask, x0, p, arrays, outs_template, t0, t1, ts, ct_ys, ct_end):
+                # p as its arrays (not one sliced vector): the cotangents of the arrays
+                # then need no pad-and-add into the whole vector at every stage
+                p_tree = p if tree else jax.vmap(as_tree)(p)
+
+                def f(x0, p_tree):
+                    saved, end, _ = _solve_lanes(
+                        lambda t, x, a: field_p(t, x, *a, p_is_tree=True), mask,
+                        (x0, p_tree, arrays, outs_template), (t0, t1, ts),
+                        solver=reverse_solver, adjoint=reverse_adjoint, save=save,
+                        ok_of=ok_of, options=opts)
+                    return saved, end
+
+                g_x0, g_p = jax.vjp(f, x0, p_tree)[1]((ct_ys, ct_end))
+                if not tree:
+                    g_p = jnp.concatenate([leaf.reshape(leaf.shape[0], -1) for leaf in
+                                           jax.tree_util.tree_leaves(g_p)], axis=1)
+                return g_x0, g_p
+
+            s0_template = s0_of(jnp.zeros((n_x,)), as_tree(jnp.zeros((n_p,))) if tree else None)
+
+            def no_sensitivities(out, args):
+                """Lanes' (ys, y1, ok) as sens_one's output, S never read (zeros, not
+                batched): the gradient of lanes comes from reverse_lanes."""
+                ys, y1, ok = out
+                n_t = args[6].shape[0]
+                s_ts = jax.tree_util.tree_map(lambda a: jnp.zeros((n_t,) + a.shape, a.dtype),
+                                              s0_template)
+                s1 = jax.tree_util.tree_map(jnp.zeros_like, s0_template)
+                batched = jax.tree_util.tree_map(lambda _: False, s_ts)
+                return (((ys, s_ts), (y1, s1), ok),
+                        ((True, batched), (True, jax.tree_util.tree_map(lambda _: False, s1)),
+                         True))
+
+            plain_one = _vmap_as_lanes(plain_one, plain_lanes)
+            sens_one = _vmap_as_lanes(sens_one, plain_lanes, finish=no_sensitivities)
+            # S is not an argument of the lanes' gradient: it is dropped (args[:9])
+            grad_one = _vmap_as_lanes(grad_one, reverse_lanes, always=(0, 1, 7, 8),
+                                      keep=9)
+
+        @jax.custom_vjp
+        def core(x0, p, arrays, outs_template, t0, t1, ts):
+            return plain_one(x0, p, arrays, outs_template, t0, t1, ts)
+
+        def core_fwd(x0, p, arrays, outs_template, t0, t1, ts):
+            (ys, s_ts), (y1, s1), ok = sens_one(x0, p, arrays, outs_template, t0, t1, ts)
+            out = (ys, y1, ok)
+            return out, (s_ts, s1, x0, p, arrays, outs_template, t0, t1, ts)
+
+        def core_bwd(res, cts):
+            s_ts, s1, x0, p, arrays, outs_template, t0, t1, ts = res
+            ct_ys, ct_end, _ = cts
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, (arrays, outs_template, t0, t1, ts))
+            g_x0, g_p = grad_one(x0, p, arrays, outs_template, t0, t1, ts, ct_ys, ct_end,
+                                 s_ts, s1)
+            return (g_x0, g_p, *zeros)
 
         core.defvjp(core_fwd, core_bwd)
 
@@ -880,3 +956,149 @@ def _overrides(jnp, theta, index, values):
     picked = jnp.take_along_axis(theta, jnp.maximum(index, 0), axis=1)
     return jnp.where(index >= 0, picked, values)
 
+
+# ---------------------------------------------------------------------- batches of starts
+def _vmap_as_lanes(one, solve_lanes, *, always=(0,), keep=None, finish=None):
+    """``one(x0, p, arrays, outs_template, t0, t1, ts, ...)`` (one start), whose batching
+    rule (``jax.vmap`` over starts) solves all lanes as one system:
+    ``solve_lanes(mask, *args[:keep])``, ``mask[i]``: argument ``i`` has a leading lane
+    axis (``always``: these always do).  ``finish(out, args)`` turns the lanes' output
+    into ``(output of one, batched flags)``.  Lanes with their own times (``t0``, ``t1``,
+    ``ts`` batched, e.g. experiments) are a plain ``jax.vmap`` of ``one`` (each lane its
+    own steps)."""
+    import jax
+    from jax.custom_batching import custom_vmap
+
+    fn = custom_vmap(one)
+
+    @fn.def_vmap
+    def rule(axis_size, in_batched, *args):
+        if any(_batched(b) for b in in_batched[4:7]):
+            return _plain_vmap(one, in_batched, args)
+        out = _batch_lanes(solve_lanes, None, axis_size, in_batched[:keep], args[:keep],
+                           always)
+        if finish is not None:
+            return finish(out, args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return fn
+
+
+def _batched(flags) -> bool:
+    import jax
+
+    return any(jax.tree_util.tree_leaves(flags))
+
+
+def _plain_vmap(fn, in_batched, args):
+    import jax
+
+    axes = tuple(jax.tree_util.tree_map(lambda b: 0 if b else None, b) for b in in_batched)
+    out = jax.vmap(fn, in_axes=axes)(*args)
+    return out, jax.tree_util.tree_map(lambda _: True, out)
+
+
+def _lanes_fn(solve_lanes, mask, always):
+    """``solve_lanes`` for one ``mask``, batching into more lanes under a further vmap."""
+    import functools
+
+    import jax
+    from jax.custom_batching import custom_vmap
+
+    impl = functools.partial(solve_lanes, mask)
+    fn = custom_vmap(impl)
+
+    @fn.def_vmap
+    def rule(axis_size, in_batched, *args):
+        if any(_batched(b) for b in in_batched[4:7]):
+            return _plain_vmap(impl, in_batched, args)
+        out = _batch_lanes(solve_lanes, mask, axis_size, in_batched, args, always)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return fn
+
+
+def _batch_lanes(solve_lanes, mask, axis_size, in_batched, args, always):
+    """Batch axis (``axis_size``) and lane axis (``args[i]`` has one where ``mask[i]``;
+    ``mask`` None: one lane) merged into one lane axis, index ``batch * lanes + lane``;
+    returns the lanes' output with the batch axis first."""
+    import jax
+    import jax.numpy as jnp
+
+    tree_map, leaves = jax.tree_util.tree_map, jax.tree_util.tree_leaves
+    if mask is None:
+        mask, lanes = (False,) * len(args), 1
+    else:
+        lanes = next(leaf.shape[1] if b else leaf.shape[0]
+                     for arg, bs, m in zip(args, in_batched, mask) if m
+                     for leaf, b in zip(leaves(arg), leaves(bs)))
+    total = axis_size * lanes
+
+    def merge(leaf, b, m):
+        if b and m:
+            return leaf.reshape((total,) + leaf.shape[2:])
+        if b:      # a batch axis, no lane axis
+            return jnp.repeat(leaf, lanes, axis=0) if lanes > 1 else leaf
+        if m:      # a lane axis, no batch axis
+            return jnp.tile(leaf, (axis_size,) + (1,) * (leaf.ndim - 1))
+        return jnp.broadcast_to(leaf, (total,) + leaf.shape)
+
+    merged, new_mask = [], []
+    for i, (arg, bs, m) in enumerate(zip(args, in_batched, mask)):
+        if 4 <= i < 7 or not (_batched(bs) or m or i in always):
+            merged.append(arg)
+            new_mask.append(False)
+        else:
+            merged.append(tree_map(lambda leaf, b, m=m: merge(leaf, b, m), arg, bs))
+            new_mask.append(True)
+    out = _lanes_fn(solve_lanes, tuple(new_mask), always)(*merged)
+    if lanes == 1 and not any(mask):
+        return out
+    return tree_map(lambda leaf: leaf.reshape((axis_size, lanes) + leaf.shape[1:]), out)
+
+
+def _solve_lanes(term_one, mask, lane_args, times, *, solver, adjoint, save, ok_of, options):
+    """A batch of starts solved as one ODE system of stacked states (lanes).
+
+    ``term_one(t, x, (p, arrays, outs_template))`` is one lane's right-hand side;
+    ``lane_args = (x0, p, arrays, outs_template)`` with a leading lane axis where
+    ``mask`` (``x0`` always); ``times = (t0, t1, ts)`` common to all lanes.  Returns
+    ``(x at ts, x at t1, ok)`` per lane (lane axis first).
+
+    One step-size controller serves all lanes: its error norm is the largest of the
+    lanes' own RMS norms (each the norm an unbatched solve uses), so every lane's local
+    error stays within ``rtol``/``atol``; lanes differ from their unbatched solves within
+    the solver's tolerance, not bit for bit.  (Under a plain ``jax.vmap`` each lane keeps
+    its own step size, but XLA on CPU then copies the Runge-Kutta stage buffer of the
+    whole batch at every stage and selects over every loop variable: 16 starts cost
+    20-40x one.)  A lane whose error is not finite (its solution blew up) no longer
+    steers the steps; it is reported not ``ok``.
+    """
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+
+    axes = tuple(0 if m else None for m in mask[:4])
+    x0, p, arrays, outs_template = lane_args
+    lanes = x0.shape[0]
+
+    def field(t, x, a):
+        return jax.vmap(lambda x_, *a_: term_one(t, x_, a_), in_axes=(0,) + axes[1:],
+                        axis_size=lanes)(x, *a)
+
+    def lane_norm(tree):
+        parts = jax.tree_util.tree_leaves(tree)
+        squares = sum(jnp.sum(jnp.reshape(v, (lanes, -1)) ** 2, axis=1) for v in parts)
+        rms = jnp.sqrt(squares / sum(v[0].size for v in parts))
+        return jnp.max(jnp.where(jnp.isfinite(rms), rms, 0.0))
+
+    controller = diffrax.PIDController(rtol=options.rtol, atol=options.atol, norm=lane_norm)
+    t0, t1, ts = times
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field), solver, t0, t1, None, x0, (p, arrays, outs_template),
+        saveat=save(ts), stepsize_controller=controller, max_steps=options.max_steps,
+        adjoint=adjoint, throw=False)
+    saved = jnp.moveaxis(sol.ys[0], 0, 1)
+    end = sol.ys[1][-1]
+    finite = jnp.all(jnp.isfinite(saved), axis=(1, 2)) & jnp.all(jnp.isfinite(end), axis=1)
+    return saved, end, ok_of(sol) & finite
