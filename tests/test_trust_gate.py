@@ -22,10 +22,13 @@ import yaml
 
 from petab_sciml.formats.pytorch_file import UntrustedCodeError
 from petab_sciml.plugins import format_for_path, get_format
+from tests.conftest import SUITE
 
 REPO = Path(__file__).resolve().parents[1]
-SUITE = REPO.parent / "shared" / "petab_sciml_testsuite"
-PROBLEM = SUITE / "test_cases" / "sciml_problem_import" / "001" / "petab"
+PROBLEM = (SUITE or REPO / "missing") / "test_cases" / "sciml_problem_import" / "001" / "petab"
+needs_suite_problem = pytest.mark.skipif(
+    not PROBLEM.is_dir(), reason="official PEtab SciML suite not found: set "
+    "PETAB_SCIML_TESTSUITE or place it at ../shared/petab_sciml_testsuite")
 CLI = [sys.executable, "-c", "from petab_sciml.cli import main; main()"]
 
 
@@ -135,7 +138,7 @@ def test_python_file_runs_only_with_trust(tmp_path: Path) -> None:
     assert [layer.type for layer in network.layers.values()] == ["Linear", "Linear"]
 
 
-@pytest.mark.skipif(not PROBLEM.is_dir(), reason="official PEtab SciML suite not found")
+@needs_suite_problem
 def test_validating_a_problem_runs_no_code(code_network: tuple[str, Path, Path],
                                            tmp_path: Path) -> None:
     from petab_sciml.problem.validate import validate_problem
@@ -182,7 +185,7 @@ def test_converting_a_python_file_with_trust(tmp_path: Path) -> None:
     del convert
 
 
-@pytest.mark.skipif(not PROBLEM.is_dir(), reason="official PEtab SciML suite not found")
+@needs_suite_problem
 def test_validating_with_trust_loads_the_python_network(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from petab_sciml.problem.validate import validate_problem
