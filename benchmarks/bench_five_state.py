@@ -39,7 +39,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_experiments import timed_together  # noqa: E402
+from benchmarks.bench_experiments import (  # noqa: E402
+    hand_written_value_and_grad,
+    timed_together,
+)
 
 
 def _data(problem_dir: Path, n: int, backend: str):
@@ -70,7 +73,6 @@ def _data(problem_dir: Path, n: int, backend: str):
 
 def baseline_jax(problem_dir: Path, n: int):
     """Hand-written diffrax objective + gradient: ``(fn, theta, data)``."""
-    import diffrax
     import jax
     import jax.numpy as jnp
 
@@ -90,24 +92,7 @@ def baseline_jax(problem_dir: Path, n: int):
         inflow = jnp.concatenate([u[None], flux[:4]])
         return inflow - flux
 
-    term = diffrax.ODETerm(rhs)
-    solver = diffrax.Dopri8()
-    controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
-
-    def one(theta, x0, ts):
-        sol = diffrax.diffeqsolve(term, solver, 0.0, ts[-1], None, x0, theta,
-                                  saveat=diffrax.SaveAt(ts=ts),
-                                  stepsize_controller=controller, max_steps=100_000)
-        return sol.ys
-
-    def nll(theta, data):
-        x0, ts, mask, y = data
-        sim = jax.vmap(one, in_axes=(None, 0, 0))(theta, x0, ts)[:, :, jnp.array([0, 4])]
-        r = (y - sim) / NOISE_SD
-        terms = 0.5 * r ** 2 + jnp.log(jnp.sqrt(2 * jnp.pi) * NOISE_SD)
-        return jnp.sum(terms * mask[:, :, None])
-
-    fn = jax.jit(jax.value_and_grad(nll))
+    fn = hand_written_value_and_grad(rhs, NOISE_SD, observed=(0, 4))
 
     def call():
         value, grad = jax.block_until_ready(fn(theta, data))
