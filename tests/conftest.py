@@ -41,6 +41,18 @@ def all_suite_network_files() -> list[Path]:
     return files
 
 
+@pytest.fixture(scope="module")
+def restore_x64():
+    """The JAX executor switches on float64 for the whole process; a module that uses
+    this fixture gives the flag back afterwards (float32 JAX code elsewhere, e.g.
+    tests/test_equinox_file.py, is sensitive to it)."""
+    import jax
+
+    previous = bool(jax.config.jax_enable_x64)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
 # CI runs property-based tests with a fixed seed so a submission's result is reproducible;
 # locally they explore new examples on every run.
 if os.environ.get("CI"):

@@ -17,16 +17,7 @@ pytest.importorskip("jax")
 pytest.importorskip("diffrax")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_x64():
-    """The JAX executor switches on float64 for the whole process; give the flag back
-    afterwards (float32 JAX code elsewhere, e.g. tests/test_equinox_file.py, is
-    sensitive to it)."""
-    import jax
-
-    previous = bool(jax.config.jax_enable_x64)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("restore_x64")
 
 TOL = 1e-10
 

@@ -27,17 +27,7 @@ pytest.importorskip("libsbml")
 from petab_sciml.arrays import write_array_file  # noqa: E402
 from petab_sciml.problem import load_problem  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_x64():
-    """The JAX executor switches on float64 for the whole process; give the flag back
-    afterwards (float32 JAX code elsewhere, e.g. tests/test_equinox_file.py, is
-    sensitive to it)."""
-    import jax
-
-    previous = bool(jax.config.jax_enable_x64)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("restore_x64")
 
 SBML = """<?xml version="1.0" encoding="UTF-8"?>
 <sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" level="3" version="2">
