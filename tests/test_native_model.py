@@ -354,6 +354,22 @@ def test_torch_compiled_equals_eager():
 
 
 @requires_suite
+def test_torch_stages_unrolled_by_default_without_network_in_rhs():
+    """``unroll_stages=None`` (the default): compiled solves unroll their Runge-Kutta
+    stages when the right-hand side is symbolic formulas (suite 002: pre-initialization
+    network, 004: network in an observable) and loop over them with a network in the
+    right-hand side (001); an explicit value is kept.  Nothing is compiled here."""
+    by_case = {_id(p): p for p in CASES}
+    for case, unrolled in (("001", False), ("002", True), ("004", True)):
+        module = load_problem(by_case[f"sciml_problem_import-{case}"],
+                              backend="torch").model()
+        assert module.executor.options.unroll_stages is unrolled, case
+    forced = load_problem(by_case["sciml_problem_import-004"],
+                          backend="torch").model(unroll_stages=False)
+    assert forced.executor.options.unroll_stages is False
+
+
+@requires_suite
 def test_adam_curves_agree_across_frameworks():
     """200 steps of optax Adam and torch.optim.Adam from the same start and learning rate
     give the same loss curve to 1e-4 relative (suite case 004: network in an

@@ -13,10 +13,13 @@ ratio over every component against ``atol + rtol * max(|y0|, |y1|)``, step facto
 ``0.9 * ratio^(-1/order)`` clipped to ``[0.2, 10]``, never shrinking after an accepted
 step), with Hairer's initial step.
 
-Compiled, the stages of a step are a loop too (:func:`rk_step_looped`): the right-hand
-side (with its networks and Jacobian) is traced once instead of once per stage.  Measured
-on the suite's cases 001/002 (2-core machine): compilation 28 s / 16 s instead of 106 s /
-45 s, each evaluation 26 ms / 12 ms instead of 13 ms / 8 ms.
+Compiled, the stages of a step are a loop too (:func:`rk_step_looped`: the right-hand
+side, with its networks and Jacobian, traced once) or unrolled (:func:`rk_step`: traced
+once per stage, no per-stage loop bookkeeping, more compilation); the executor unrolls
+when the right-hand side is symbolic formulas only (``TorchOptions.unroll_stages``).
+With :data:`INDUCTOR_OPTIONS` and scalar kernels for small systems, suite cases
+001/002/004 compile in 20-30 s and cost 2-5x JAX per objective + gradient
+(``benchmarks/bench_torch_stages.py``).
 
 Outputs are taken where steps end: a step is shortened to land exactly on the next output
 time, so nothing is interpolated.  A solve fails (``ok`` false, outputs NaN) on more than
@@ -126,13 +129,19 @@ def rk_step_looped(field: Field, coeffs: tuple[torch.Tensor, ...], t, y, f0, h, 
 
     def body(i, ks):
         row = a.index_select(0, i.reshape(1))[0]
-        yi = y + h * (row @ ks)
+        yi = y + h * _weighted(row, ks)
         ti = t + c.index_select(0, i.reshape(1))[0] * h
         f = field(ti, yi, args)
         return i + 1, ks.index_put((i.reshape(1),), f.reshape(1, -1))
 
     _, ks = while_loop(cond, body, (one, ks0))
-    return y + h * (b @ ks), ks[n_stages - 1], h * (e @ ks)
+    return y + h * _weighted(b, ks), ks[n_stages - 1], h * _weighted(e, ks)
+
+
+def _weighted(weights: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
+    """``weights @ ks`` as a broadcast product and sum, which inductor fuses with the
+    code around it (a matmul is a separate library call, and an allocation, per stage)."""
+    return (weights[:, None] * ks).sum(0)
 
 
 def initial_step(field: Field, tab: Tableau, t0, y0, f0, rtol: float, atol: float, args):
@@ -167,8 +176,9 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python",
     ``while_loop`` for :func:`compiled` (the same step code), its stages a loop of their
     own (:func:`rk_step_looped`) unless ``unroll_stages``: then the right-hand side is
     traced once per stage, which costs more compilation and less per step (the inner
-    loop's bookkeeping, a copy of its carried tensors and a host read per stage, is
-    most of a step's cost when the right-hand side is small)."""
+    loop's bookkeeping, its carried tensors handed over, a few allocations and a host
+    read per stage, about 1.5 us, is most of a stage's cost when the right-hand side is
+    small)."""
 
     tab = tableau(options.method)
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
@@ -238,8 +248,26 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python",
     return solve
 
 
-def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` compiled whole by ``torch.compile`` (inductor, C++ wrapper, no graph breaks).
+INDUCTOR_OPTIONS = {
+    # concatenations (the stacked outputs of generated right-hand sides, the sensitivity
+    # system) as fused pointwise code: on CPU inductor otherwise writes each input into
+    # a view of the result, and every such view is a tensor created in the loop body
+    # each iteration (suite case 004: the solve 2.8x faster)
+    "force_pointwise_cat": True,
+}
+"""Inductor options of :func:`compiled` (``torch.compile(options=...)``: these
+compilations only)."""
+SIMD_MIN_ENTRIES = 1024
+""":func:`compiled` generates SIMD kernels when its largest tensor argument has at least
+this many entries, scalar kernels below: a solve of a few dozen states and
+sensitivities gains nothing from SIMD (the same time per evaluation on suite cases
+001/002/004), and scalar code compiles 1.5-3x faster."""
+
+
+def compiled(fn: Callable[..., Any], *, simd: bool | None = None) -> Callable[..., Any]:
+    """``fn`` compiled whole by ``torch.compile`` (inductor, C++ wrapper, no graph breaks,
+    :data:`INDUCTOR_OPTIONS`); SIMD kernels or not as ``simd`` says, ``None``: decided on
+    the first call (:data:`SIMD_MIN_ENTRIES`).
 
     The first call per input signature traces and compiles (seconds to tens of seconds);
     later calls run native code."""
@@ -248,7 +276,26 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     inductor_config.cpp_wrapper = True
     # one compiled solve per problem and signature: many problems in one process
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-    return torch.compile(fn, fullgraph=True, dynamic=False)
+
+    def build(vectorize: bool) -> Callable[..., Any]:
+        options = dict(INDUCTOR_OPTIONS)
+        if not vectorize:   # else inductor's default: the CPU's vector instructions
+            options["cpp.vec_isa_ok"] = False
+        return torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+
+    if simd is not None:
+        return build(simd)
+    built: list[Callable[..., Any]] = []
+
+    def call(*args):
+        if not built:
+            leaves = torch.utils._pytree.tree_leaves(args)
+            largest = max((x.numel() for x in leaves if isinstance(x, torch.Tensor)),
+                          default=0)
+            built.append(build(largest >= SIMD_MIN_ENTRIES))
+        return built[0](*args)
+
+    return call
 
 
 def solver(field: Field, options: SolveOptions, *, compile: bool,

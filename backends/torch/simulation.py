@@ -30,7 +30,7 @@ experiment with its own step sizes, so results equal the one-at-a-time path to r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,10 @@ from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 SENSITIVITIES = ("forward", "autograd", "adjoint")
 SYMBOLIC_JACOBIAN_MAX = 20_000
 """Largest right-hand-side Jacobian (entries) compiled from symbolic derivatives."""
+UNROLL_STAGES_MAX = 256
+"""``unroll_stages=None``: compiled solves unroll their stages when the right-hand side
+has symbolic derivatives (no network in it) and it and its Jacobian are at most this
+many expressions."""
 FORWARD_METHODS = ("dopri5", "dopri8")
 TORCHDIFFEQ_METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
 FLOAT32_TOLERANCE = 1e-5
@@ -67,14 +71,15 @@ class TorchOptions:
     max_steps: int = 100_000
     compile: bool = False
     """Compile every solve with ``torch.compile`` (``forward`` sensitivities only)."""
-    unroll_stages: bool = False
+    unroll_stages: bool | None = None
     """Compiled solves (``compile=True``): trace the right-hand side once per Runge-Kutta
-    stage instead of looping over the stages.  Suite case 004 (no network in the
-    right-hand side): each objective + gradient about 1.35x faster (min 10.2 ms instead
-    of 13.4-15.4 ms, median 16 ms instead of 22 ms, loaded 2-core machine), compilation
-    about twice as long (117 s instead of 53 s with a fresh inductor cache); with
-    networks in the right-hand side compilation grows more (001: 106 s instead of 28 s,
-    ``ode.py``)."""
+    stage (``True``) instead of looping over the stages (``False``); ``None``: unrolled
+    when the right-hand side has no network and symbolic derivatives (at most
+    :data:`UNROLL_STAGES_MAX` expressions with its Jacobian), else looped.  Unrolled,
+    a step saves the stage loop's bookkeeping (suite cases 002/004: objective +
+    gradient 1.4-1.6x faster) for more compilation, which grows with the right-hand
+    side (a network in it is traced once per stage: 001 compiles about 3x longer,
+    ``benchmarks/bench_torch_stages.py``)."""
     batch_experiments: bool = True
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
@@ -123,6 +128,10 @@ class TorchExecutor:
         self.rhs_nets = [j for j, n in enumerate(plan.networks) if n.in_rhs]
         self.obs_nets = [j for j, n in enumerate(plan.networks) if n.in_observables]
         self._jacobian = self._symbolic_jacobian()
+        if opts.unroll_stages is None:
+            small = (self._jacobian is not None
+                     and len(self._jacobian.expressions) <= UNROLL_STAGES_MAX)
+            self.options = opts = replace(opts, unroll_stages=small)
         self._p_layout()
         self._prepare()
         self._prepare_batches()
