@@ -127,6 +127,7 @@ class TorchExecutor:
         self._prepare()
         self._prepare_batches()
         self._solvers: dict[tuple, Any] = {}
+        self._transparent: dict[int, bool] = {}
         self._tensor_cache: dict[tuple, dict[str, Any]] = {}
         self.n_steps = 0
         """Steps of the last evaluation's solves (forward sensitivities)."""
@@ -312,8 +313,12 @@ class TorchExecutor:
                 else len(plan.experiments))
         chunks = [(P, exps[i: i + most]) for P, exps in sorted(by_p.items())
                   for i in range(0, len(exps), most)]
+        # autograd: even one experiment goes through the batched solver (our loop costs
+        # less per step than torchdiffeq's, and a lone experiment then takes the steps it
+        # takes inside a batch); forward sensitivities: from two on
+        least = 1 if o.sensitivity == "autograd" else 2
         for P, exps in chunks:
-            if len(exps) < 2:
+            if len(exps) < least:
                 continue
             b = len(self.batches)
             self.batches.append((P, exps))
@@ -617,10 +622,11 @@ class TorchExecutor:
                 rtol, atol = max(rtol, FLOAT32_TOLERANCE), max(atol, FLOAT32_TOLERANCE)
             fields = {"aug": self._aug_field, "plain": self._plain_field,
                       "aug_batched": self._aug_field_batched,
-                      "plain_batched": self._plain_field_batched}
+                      "plain_batched": _call_closure}
             solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
             if kind.endswith("_batched"):
-                found = make_batched_solve(fields[kind], solve_options)
+                found = make_batched_solve(fields[kind], solve_options,
+                                           stacked_stages=kind == "plain_batched")
             else:
                 found = solver(fields[kind], solve_options, compile=o.compile,
                                unroll_stages=o.unroll_stages)
@@ -800,26 +806,133 @@ class TorchExecutor:
         net_params = [(j, self._net_params(j, s, base))
                       for (j, _, base, _), s in zip(self.p_nets, shared)]
         solve = self._solver("plain_batched", x0.dtype)
-        ys, y1, ok, steps = solve(x0, t0, t1, ts, (p_local, net_params, rhs_arrays))
+        field = self._batched_rhs(p_local, net_params, rhs_arrays)
+        ys, y1, ok, steps = solve(x0, t0, t1, ts, field)
         self.n_steps += int(steps.sum())
         return ys, y1, ok
 
-    def _plain_field_batched(self, t, x, args):
-        """``dx/dt`` of a batch of experiments (rows of ``x``; ``t`` per row): their own
-        constants and pre-initialization outputs ``p_local``, the right-hand-side networks'
-        arrays ``net_params`` (``[(network index, {"layer.array": tensor})]``) shared: the
-        networks are applied to the batch."""
-        p_local, net_params, arrays = args
+    def _batched_rhs(self, p_local, net_params, arrays):
+        """``dx/dt`` of a batch of experiments as a closure ``field(t, x)`` (rows of ``x``;
+        ``t`` per row), built once per solve: their own constants and pre-initialization
+        outputs ``p_local``, the right-hand-side networks' arrays ``net_params``
+        (``[(network index, {"layer.array": tensor})]``) shared: the networks are applied
+        to the batch.  Everything that does not depend on ``(t, x)`` (the constants'
+        slices, the zero outputs, the networks' bindings) is done here, not per call:
+        a solve calls the field a dozen times per step."""
         plan = self.plan
-        E = x.shape[0]
+        E = p_local.shape[0]
         theta = p_local[:, : len(plan.theta_ids)]
-        outs = [x.new_zeros((E, n.n_outputs)) for n in plan.networks]
+        outs = [p_local.new_zeros((E, n.n_outputs)) for n in plan.networks]
         for j, a, b in self.p_pre:
             outs[j] = p_local[:, a:b]
-        for j, params in net_params:
-            outs[j] = self._net_out(j, t, x, theta, outs, arrays, params, batched=True,
-                                    functional=True)
-        return self.fns.rhs(t, x, theta, *outs)
+        rhs, inputs = self._vectorized_formulas()
+        nets = [(j, inputs[j], self._batched_network(j, params, arrays))
+                for j, params in net_params]
+        if not nets:
+            return lambda t, x: rhs(t, x, theta, *outs)
+
+        def field(t, x):
+            o = list(outs)
+            for j, inputs, forward in nets:
+                o[j] = forward(inputs(t, x, theta, *o) if inputs is not None else None)
+            return rhs(t, x, theta, *o)
+
+        return field
+
+    def _vectorized_formulas(self):
+        """The right-hand side and each network's inputs as :class:`_PolynomialFormula`
+        where they are polynomials, else the compiled formulas (built once)."""
+        found = getattr(self, "_vectorized", None)
+        if found is None:
+            plan, fns = self.plan, self.fns
+            groups = plan.groups()
+            rhs = _PolynomialFormula.build(list(plan.rhs_exprs), groups) or fns.rhs
+            inputs = []
+            for j, net in enumerate(plan.networks):
+                fast = (_PolynomialFormula.build(list(net.input_exprs), groups)
+                        if fns.net_inputs[j] is not None else None)
+                inputs.append(fast or fns.net_inputs[j])
+            found = self._vectorized = (rhs, inputs)
+        return found
+
+    def _batched_network(self, j, params, arrays):
+        """``forward(values) -> (E, n_outputs)``: network ``j`` applied to a batch (element
+        inputs ``values`` (E, ...), array inputs ``arrays[j]`` (E, ...)) with its arrays
+        ``params``.  A network that maps a batch row by row (:meth:`_batch_transparent`)
+        is called once on the batch (the bound copy, no ``vmap``, no
+        ``functional_call``); others go through :meth:`_net_forward` (``vmap``)."""
+        if not self._batch_transparent(j):
+            return lambda values: self._net_forward(j, values, arrays, params, batched=True,
+                                                    functional=True)
+        return self._direct_network(j, params, arrays)
+
+    def _direct_network(self, j, params, arrays):
+        """:meth:`_batched_network` as one call of the bound copy on the batch."""
+        net = self.plan.networks[j]
+        module, slots = self.bound[j]
+        bindings = [(owner, name, params[slot.key]) for owner, name, slot in slots]
+        fixed = {i: arrays[j][inp.arg] for i, inp in enumerate(net.inputs)
+                 if inp.kind == "array"}
+        elements = [(i, inp.start, inp.start + inp.size, tuple(inp.shape))
+                    for i, inp in enumerate(net.inputs) if inp.kind != "array"]
+        n_in = len(net.inputs)
+        n_out = len(net.output_index)
+        whole = net.output_index == tuple((0, (i,)) for i in range(n_out))
+
+        def forward(values):
+            for owner, name, tensor in bindings:
+                object.__setattr__(owner, name, tensor)
+            inputs = [None] * n_in
+            for i, tensor in fixed.items():
+                inputs[i] = tensor
+            for i, a, b, shape in elements:
+                v = values[:, a:b]
+                inputs[i] = v.reshape((v.shape[0],) + shape)
+            result = module(*inputs)
+            result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            first = result[0]
+            if whole and first.dim() == 2 and first.shape[1] == n_out:
+                return first
+            picked = [result[arg].reshape(result[arg].shape[0], -1)[:, 0] if index is None
+                      else result[arg][(slice(None), *index)]
+                      for arg, index in net.output_index]
+            return torch.stack(picked, 1) if picked else first.new_zeros((first.shape[0], 0))
+
+        return forward
+
+    def _batch_transparent(self, j: int) -> bool:
+        """Whether network ``j`` maps a batch row by row: called on inputs with a leading
+        batch axis, it gives what ``vmap`` over the rows gives (same shapes, values to
+        1e-12).  Found once per network by a probe with random inputs and arrays; a
+        network that fails the probe (or raises) is always vmapped."""
+        found = self._transparent.get(j)
+        if found is not None:
+            return found
+        net = self.plan.networks[j]
+        gen = torch.Generator().manual_seed(0)
+        E, dt = 3, torch.float64
+        n_el = max((inp.start + inp.size for inp in net.inputs if inp.kind != "array"),
+                   default=0)
+        values = torch.randn((E, n_el), generator=gen, dtype=dt)
+        arrays = [{} for _ in self.plan.networks]
+        for inp in net.inputs:
+            if inp.kind == "array":
+                shape = np.asarray(inp.data).shape[1:]
+                arrays[j][inp.arg] = torch.randn((E, *shape), generator=gen, dtype=dt)
+        flat = torch.rand((self.plan.n_w,), generator=gen, dtype=dt) + 0.5
+        params = self._net_params(j, flat, 0)
+        try:
+            with torch.no_grad():
+                ref = self._net_forward(j, values, arrays, params, batched=True,
+                                        functional=True)
+                got = self._direct_network(j, params, arrays)(values)
+            found = (got.shape == ref.shape and bool(torch.all(torch.isfinite(ref)))
+                     and bool(torch.all(torch.abs(got - ref)
+                                        <= 1e-12 * torch.clamp(ref.abs(), min=1.0))))
+        except Exception:   # noqa: BLE001 - any failure: keep the general path
+            found = False
+        self._transparent[j] = found
+        return found
 
     def _aug_field_batched(self, t, y, args):
         """:meth:`_aug_field` of a batch of experiments (rows of ``y``, ``p``)."""
@@ -998,6 +1111,106 @@ class _rhs_networks_in_eval_mode:
     def __exit__(self, *exc):
         for m in self.modules:
             m.train(True)
+
+
+class _PolynomialFormula:
+    """Formulas that are polynomials with numeric coefficients in their arguments' symbols
+    (mass action, linear maps, a network's inputs taken from the states), evaluated
+    vectorized: the arguments concatenated (with a column of ones), the monomials
+    gathered by index and multiplied, and one matrix product with the coefficients.
+    A handful of tensor operations (and autograd nodes) per call instead of a few per
+    symbol and term, which is most of a small right-hand side's cost when autograd
+    records every step.  ``f(t, *arrays)`` with every array ``(E, group size)``; the
+    result is ``(E, n_exprs)``.  :meth:`build` returns None when an expression is not
+    such a polynomial (or uses time)."""
+
+    MAX_MONOMIALS = 512
+    MAX_DEGREE = 4
+
+    def __init__(self, sizes, selection, factors, coefficients):
+        self.sizes = sizes                 # columns per argument group
+        self.selection = selection         # (group, columns) when a pure column pick
+        self.factors = factors             # per degree slot: column of each monomial
+        self.coefficients = coefficients   # (n_exprs, n_monomials) numpy
+        self._tensors: dict[tuple, tuple] = {}
+
+    @classmethod
+    def build(cls, exprs, groups) -> _PolynomialFormula | None:
+        import sympy
+
+        symbols = [sympy.Symbol(s) for g in groups for s in g]
+        column = {s: i for i, s in enumerate(symbols)}
+        if not exprs:
+            return None
+        monomials: dict[tuple[int, ...], int] = {}
+        entries = []
+        for r, expr in enumerate(exprs):
+            expr = sympy.sympify(expr)
+            free = sorted(expr.free_symbols, key=lambda s: column.get(s, -1))
+            if any(s not in column for s in free):
+                return None
+            try:
+                terms = (sympy.Poly(expr, *free).terms() if free
+                         else [((), expr)])
+            except Exception:   # noqa: BLE001 - sympy's polynomial errors: not a polynomial
+                return None
+            for powers, coeff in terms:
+                if not coeff.is_number or not coeff.is_real:
+                    return None
+                mono = tuple(sorted(column[g] for g, p in zip(free, powers)
+                                    for _ in range(int(p))))
+                if len(mono) > cls.MAX_DEGREE:
+                    return None
+                m = monomials.setdefault(mono, len(monomials))
+                entries.append((r, m, float(coeff)))
+        if len(monomials) > cls.MAX_MONOMIALS:
+            return None
+        coefficients = np.zeros((len(exprs), len(monomials)))
+        for r, m, c in entries:
+            coefficients[r, m] += c
+        sizes = [len(g) for g in groups]
+        n_z = sum(sizes)
+        selection = None
+        order = sorted(monomials, key=monomials.get)
+        if (len(order) == len(exprs) and all(len(m) == 1 for m in order)
+                and np.array_equal(coefficients, np.eye(len(exprs)))):
+            cols = [m[0] for m in order]
+            starts = np.cumsum([0] + sizes)
+            g = int(np.searchsorted(starts, cols[0], side="right") - 1)
+            if all(starts[g] <= c < starts[g + 1] for c in cols):
+                local = [c - int(starts[g]) for c in cols]
+                selection = (g, None if local == list(range(sizes[g])) else local)
+        degree = max((len(m) for m in order), default=0)
+        factors = [np.array([m[d] if d < len(m) else n_z for m in order], np.int64)
+                   for d in range(degree)]
+        return cls(sizes, selection, factors, coefficients)
+
+    def __call__(self, t, *arrays):
+        if self.selection is not None:
+            g, cols = self.selection
+            a = arrays[g]
+            return a if cols is None else a[:, cols]
+        a0 = arrays[0]
+        key = (a0.dtype, a0.device)
+        found = self._tensors.get(key)
+        if found is None:
+            found = (tuple(torch.as_tensor(f, device=a0.device) for f in self.factors),
+                     torch.as_tensor(self.coefficients.T, dtype=a0.dtype, device=a0.device))
+            self._tensors[key] = found
+        factors, coefficients = found
+        z = torch.cat([*arrays, a0.new_ones((a0.shape[0], 1))], 1)
+        if not factors:
+            return z[:, -1:] @ coefficients
+        m = z[:, factors[0]]
+        for f in factors[1:]:
+            m = m * z[:, f]
+        return m @ coefficients
+
+
+def _call_closure(t, x, field):
+    """A solver field whose argument is the right-hand side itself (a closure built once
+    per solve, :meth:`TorchExecutor._batched_rhs`)."""
+    return field(t, x)
 
 
 def _scatter_rows(base, targets, values):
