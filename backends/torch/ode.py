@@ -280,8 +280,15 @@ def initial_step_batched(field: Field, tab: Tableau, t0, y0, f0, rtol: float, at
     return torch.minimum(100 * h0, h1)
 
 
+COMPACT_ROWS = 8
+"""Batched solves with ``restrict``: once at least this many rows (and an eighth of the
+batch) have finished, steps evaluate only the rows still moving."""
+
+
 def make_batched_solve(field: Field, options: SolveOptions, *,
-                       stacked_stages: bool = False) -> Callable[..., Any]:
+                       stacked_stages: bool = False,
+                       restrict: Callable[[Any, torch.Tensor], Any] | None = None
+                       ) -> Callable[..., Any]:
     """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)`` for a batch of ``E``
     independent problems solved together: ``y0`` is ``(E, n)``, ``t0`` and ``t1`` are
     ``(E,)``, ``ts`` is ``(E, N)`` (each row sorted, in ``[t0, t1]``; pad a shorter grid
@@ -308,7 +315,12 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     the last bits, which a step-size decision can amplify to ~1e-10, so the
     forward-sensitivity path (batched equals unbatched to 1e-10) keeps the term-by-term
     sums; back-propagation through the steps, where the per-operation cost dominates
-    small batches, stacks."""
+    small batches, stacks.
+
+    ``restrict(args, rows)``: ``args`` for the given rows only (a tensor of row
+    indices).  With it, once :data:`COMPACT_ROWS` rows or more (and at least an eighth
+    of the batch) have finished or failed, a step evaluates the rows still moving only
+    instead of giving the others zero-length steps; the results are the same."""
     tab = tableau(options.method)
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
     inv_order = 1.0 / tab.order
@@ -355,9 +367,11 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
         t, y, f = t0.clone(), y0, f0
         slots = torch.arange(n_out, device=y0.device)
         rows = torch.arange(E, device=y0.device)
+        sub = None
         while True:
             active = ((t < t1) | (k < n_out)) & (n < max_steps) & good
-            if not bool(active.any()):
+            n_active = int(active.sum())
+            if not n_active:
                 break
             has_out = k < n_out
             kc = torch.clamp(k, max=n_out - 1)
@@ -365,7 +379,19 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
             gap = torch.where(active, target - t, torch.zeros_like(t))
             clipped = gap <= h
             h_try = torch.where(clipped, gap, h)
-            y1, f1, err = step(t, y, f, h_try, args, coeffs)
+            if restrict is not None and E - n_active >= max(COMPACT_ROWS, E // 8):
+                # only the rows still moving (the others' zero-length step would give
+                # y1 = y, f1 = f, err = 0: exactly what they get here)
+                moving = active.nonzero()[:, 0]
+                if sub is None or not torch.equal(sub[0], moving):
+                    sub = (moving, restrict(args, moving))
+                y1s, f1s, errs = step(t[moving], y[moving], f[moving], h_try[moving],
+                                      sub[1], coeffs)
+                y1 = y.index_put((moving,), y1s)
+                f1 = f.index_put((moving,), f1s)
+                err = y.detach().new_zeros(y.shape).index_put((moving,), errs.detach())
+            else:
+                y1, f1, err = step(t, y, f, h_try, args, coeffs)
             with torch.no_grad():
                 yd, y1d = y.detach(), y1.detach()
                 ratio = _rms_rows(err.detach() / (atol + rtol * torch.maximum(yd.abs(),

@@ -11,7 +11,10 @@ Gradients (``sensitivity``):
   (one reverse pass per state, vmapped).  ``p`` gathers everything the right-hand side
   reads: the constants ``theta``, the pre-initialization network outputs and the arrays
   of the networks inside the right-hand side.
-* ``"autograd"``: back-propagation through torchdiffeq's solver steps;
+* ``"autograd"``: back-propagation through the solver steps: experiments in batches
+  (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`, even a single one; the
+  right-hand side a closure of a few operations, :meth:`TorchExecutor._batched_rhs`),
+  torchdiffeq's solver where they are not batched;
 * ``"adjoint"``: ``torchdiffeq.odeint_adjoint`` (continuous adjoint, O(1) memory in the
   steps).
 
@@ -62,7 +65,8 @@ class TorchOptions:
     atol: float = 1e-8
     sensitivity: str = "forward"
     """``forward``: forward sensitivities integrated with the states (error control on
-    both); ``autograd``: back-propagation through torchdiffeq's steps; ``adjoint``:
+    both); ``autograd``: back-propagation through the solver's steps (batched solves,
+    else torchdiffeq's); ``adjoint``:
     ``torchdiffeq.odeint_adjoint``."""
     max_steps: int = 100_000
     compile: bool = False
@@ -79,10 +83,11 @@ class TorchOptions:
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
     states ``(n_experiments, n_states)``, each experiment with its own step sizes) when
-    there are at least two of them, the solves are eager (``compile=False``) and the
-    sensitivity is ``forward`` or ``autograd`` with ``dopri5``/``dopri8``; with forward
-    sensitivities, batches of at most :data:`FORWARD_BATCH_ENTRIES` states and
-    sensitivities.  False: one solve after another (the unbatched reference path)."""
+    there are at least two of them (``autograd``: from one), the solves are eager
+    (``compile=False``) and the sensitivity is ``forward`` or ``autograd`` with
+    ``dopri5``/``dopri8``; with forward sensitivities, batches of at most
+    :data:`FORWARD_BATCH_ENTRIES` states and sensitivities.  False: one solve after
+    another (the unbatched reference path)."""
 
 
 class TorchExecutor:
@@ -625,8 +630,9 @@ class TorchExecutor:
                       "plain_batched": _call_closure}
             solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
             if kind.endswith("_batched"):
-                found = make_batched_solve(fields[kind], solve_options,
-                                           stacked_stages=kind == "plain_batched")
+                plain = kind == "plain_batched"
+                found = make_batched_solve(fields[kind], solve_options, stacked_stages=plain,
+                                           restrict=_restrict_closure if plain else None)
             else:
                 found = solver(fields[kind], solve_options, compile=o.compile,
                                unroll_stages=o.unroll_stages)
@@ -668,7 +674,15 @@ class TorchExecutor:
             group_theta.append(theta)
             group_outs.append(outs)
 
-        pieces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        # the states at the output times and the constants of every (experiment, period),
+        # as row blocks of a few tensors (a batch's period: one block for all its
+        # experiments; slicing out each experiment would cost autograd nodes, and
+        # full-size zero-filled gradients, per experiment)
+        x_blocks: list[torch.Tensor] = []
+        th_blocks: list[torch.Tensor] = []
+        x_at: dict[tuple[int, int], int] = {}
+        th_at: dict[tuple[int, int], int] = {}
+        rows_x = rows_th = 0
         ok = torch.ones((), dtype=torch.bool, device=w.device)
         self.n_steps = 0
         batched = {e for _, exps in self.batches for e in exps}
@@ -677,10 +691,15 @@ class TorchExecutor:
                 ys, ths, good = self._solve_batch(b, P, group_theta, group_outs, arrays_all,
                                                   d, w)
                 ok = ok & good
-                for i, e in enumerate(exps):
-                    for k in range(P):
-                        n = self.periods[e][k]["n_times"]
-                        pieces[(e, k)] = (ys[k][i, :n], ths[k][i])
+                for k in range(P):
+                    N = ys[k].shape[1]
+                    x_blocks.append(ys[k].reshape(-1, n_x))
+                    th_blocks.append(ths[k])
+                    for i, e in enumerate(exps):
+                        x_at[(e, k)] = rows_x + i * N
+                        th_at[(e, k)] = rows_th + i
+                    rows_x += len(exps) * N
+                    rows_th += len(exps)
             for e, exp in enumerate(plan.experiments):
                 if e in batched:
                     continue
@@ -706,17 +725,18 @@ class TorchExecutor:
                             x = x.index_put((st_t,), vals[st_s])
                     y, x, good = self._solve(x, theta, outs, arrays, period, d, w, params)
                     ok = ok & good
-                    pieces[(e, k)] = (y, theta)
-        order = [(e, k) for e, exp in enumerate(plan.experiments)
-                 for k in range(len(exp.periods))]
-        xs = [pieces[ek][0] for ek in order]
-        thetas = [pieces[ek][1] for ek in order]
-        if not thetas:   # no measurements
+                    x_blocks.append(y)
+                    th_blocks.append(theta.unsqueeze(0))
+                    x_at[(e, k)], th_at[(e, k)] = rows_x, rows_th
+                    rows_x += y.shape[0]
+                    rows_th += 1
+        if not th_blocks:   # no measurements
             X = w.new_zeros((0, n_x))
             TH = w.new_zeros((0, d["theta0"].shape[0]))
         else:
-            X = torch.cat(xs)[d["m_x"]]
-            TH = torch.stack(thetas)[d["m_th"]]
+            pick_x, pick_th = self._measurement_rows(x_at, th_at, (rows_x, rows_th), d)
+            X = torch.cat(x_blocks)[pick_x]
+            TH = torch.cat(th_blocks)[pick_th]
         t_m = d["m_time"]
         outs_m = empty_outs((t_m.shape[0],))
         for j in self.pre_ids:
@@ -749,6 +769,53 @@ class TorchExecutor:
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
+    def _constant_changes(self, like):
+        """Every condition change's value when all of them are numbers (``like``'s dtype
+        and device), else None.  A batch then picks its rows' values from this vector
+        instead of evaluating every change of every condition for every row (a
+        ``(n_experiments, n_changes)`` table, quadratic in the experiments when each has
+        its own condition)."""
+        found = getattr(self, "_constants", None)
+        if found is None:
+            import sympy
+
+            exprs = [sympy.sympify(e) for e in self.plan.change_exprs]
+            try:
+                values = (np.array([float(e) for e in exprs], np.float64)
+                          if exprs and all(e.is_number for e in exprs) else None)
+            except TypeError:   # a complex number: the generated formulas decide
+                values = None
+            found = self._constants = {"values": values}
+        if found["values"] is None:
+            return None
+        key = (like.dtype, like.device)
+        if key not in found:
+            found[key] = torch.as_tensor(found["values"], dtype=like.dtype,
+                                         device=like.device)
+        return found[key]
+
+    def _measurement_rows(self, x_at, th_at, sizes, d):
+        """Per measurement, its row in the concatenated state blocks and in the
+        concatenated constant blocks of :meth:`evaluate` (``x_at``/``th_at``: the first
+        row of each (experiment, period)).  The layout is fixed by the plan and the
+        batches, so this is worked out once (per device)."""
+        key = (d["m_x"].device, sizes)
+        found = getattr(self, "_measurement_index", {}).get(key)
+        if found is None:
+            first = []
+            for e, exp in enumerate(self.plan.experiments):
+                for k, p in enumerate(exp.periods):
+                    first.append(np.arange(len(p.times)) + x_at[(e, k)])
+            x_rows = np.concatenate(first) if first else np.zeros(0, np.int64)
+            th_rows = np.array([th_at[(e, k)] for e, exp in enumerate(self.plan.experiments)
+                                for k in range(len(exp.periods))], np.int64)
+            m_x, m_th = d["m_x"].cpu().numpy(), d["m_th"].cpu().numpy()
+            device = d["m_x"].device
+            found = (torch.as_tensor(x_rows[m_x], device=device),
+                     torch.as_tensor(th_rows[m_th], device=device))
+            self._measurement_index = {key: found}
+        return found
+
     # ------------------------------------------------------------------ ODE solves
     def _solve_batch(self, b, P, group_theta, group_outs, arrays_all, d, w):
         """Batch ``b`` (``self.batches``): its experiments' periods solved together;
@@ -768,17 +835,20 @@ class TorchExecutor:
             start, end, ts = d[f"{key}_start"], d[f"{key}_end"], d[f"{key}_ts"]
             th_t, th_s = d[f"{key}_th_t"], d[f"{key}_th_s"]
             st_t, st_s = d[f"{key}_st_t"], d[f"{key}_st_s"]
+            constant = self._constant_changes(w)
             if k == 0:
                 x = fns.x0(start, theta, *outs)
                 if st_t.shape[1]:
-                    vals = fns.changes(start, x, theta, *outs)
-                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+                    vals = (constant if constant is not None
+                            else fns.changes(start, x, theta, *outs))
+                    x = _scatter_rows(x, st_t, _pick(vals, st_s))
             elif th_t.shape[1] or st_t.shape[1]:
-                vals = fns.changes(start, x, theta, *outs)
+                vals = (constant if constant is not None
+                        else fns.changes(start, x, theta, *outs))
                 if th_t.shape[1]:
-                    theta = _scatter_rows(theta, th_t, vals.gather(1, th_s))
+                    theta = _scatter_rows(theta, th_t, _pick(vals, th_s))
                 if st_t.shape[1]:
-                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+                    x = _scatter_rows(x, st_t, _pick(vals, st_s))
             y, x, good = self._solve_span_batched(x, theta, outs, arrays, start, end, ts, w)
             ok = ok & torch.all(good)
             ys.append(y)
@@ -828,15 +898,17 @@ class TorchExecutor:
         rhs, inputs = self._vectorized_formulas()
         nets = [(j, inputs[j], self._batched_network(j, params, arrays))
                 for j, params in net_params]
-        if not nets:
-            return lambda t, x: rhs(t, x, theta, *outs)
 
         def field(t, x):
+            if not nets:
+                return rhs(t, x, theta, *outs)
             o = list(outs)
             for j, inputs, forward in nets:
                 o[j] = forward(inputs(t, x, theta, *o) if inputs is not None else None)
             return rhs(t, x, theta, *o)
 
+        field.restrict = lambda rows: self._batched_rhs(
+            p_local[rows], net_params, [{k: v[rows] for k, v in a.items()} for a in arrays])
         return field
 
     def _vectorized_formulas(self):
@@ -1211,6 +1283,17 @@ def _call_closure(t, x, field):
     """A solver field whose argument is the right-hand side itself (a closure built once
     per solve, :meth:`TorchExecutor._batched_rhs`)."""
     return field(t, x)
+
+
+def _restrict_closure(field, rows):
+    """:meth:`TorchExecutor._batched_rhs`'s closure for some of its rows."""
+    return field.restrict(rows)
+
+
+def _pick(values, index):
+    """``values[i, index[i, c]]`` per row ``i``; a vector ``values`` (the same for every
+    row): ``values[index]``."""
+    return values[index] if values.dim() == 1 else values.gather(1, index)
 
 
 def _scatter_rows(base, targets, values):
