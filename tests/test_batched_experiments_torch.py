@@ -9,7 +9,8 @@ make_batched_solve``).
   agree to 1e-10 (float64) on the suite's multi-experiment problem cases and on the
   bundled Lotka-Volterra UDE scaled to several experiments (two structures).
 * ``autograd`` (back-propagation through the batched steps) against forward
-  sensitivities: to the solver tolerance (different gradient methods).  Torch batched
+  sensitivities: to the solver tolerance (different gradient methods); against each
+  experiment solved alone (a batch of one): 1e-10.  Torch batched
   against JAX: ``test_simulation_suite.py::test_backends_agree`` on cases 003 and 038.
 * Suite case 038 (a ReLU network in the right-hand side) is not compared here: batched
   and unbatched network products round differently in the last bits and the kinks
@@ -200,6 +201,11 @@ def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):
     assert _close(by_steps.value, forward.value) <= 1e-6
     assert _close(by_steps.simulations, forward.simulations) <= 1e-6
     assert _close(by_steps.grad_flat, forward.grad_flat) <= 1e-4
+    # batch_experiments=False: each experiment alone through the same solver (a batch
+    # of one): the batched results to 1e-10
+    alone = problem.simulator(sensitivity="autograd", batch_experiments=False)
+    assert [len(exps) for _, exps in alone.executor.batches] == [1] * 6
+    _agree(by_steps, alone.evaluate(w))
 
 
 def test_unrolled_and_looped_stages_take_the_same_steps():

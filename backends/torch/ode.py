@@ -308,8 +308,8 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     the steps): the step-size decisions are taken on detached values, so gradients are
     those of the discrete solution for the step sequence taken.
 
-    ``stacked_stages``: each stage's combination of the previous stages is one product
-    with the stacked stages (a few tensor operations, and autograd nodes, per stage)
+    ``stacked_stages``: each stage's combination of the previous stages is one weighted
+    sum of the stacked stages (a few tensor operations, and autograd nodes, per stage)
     instead of a product and a sum per nonzero coefficient, as :func:`make_solve`.  The
     same method, summed in another order: results differ from :func:`make_solve`'s in
     the last bits, which a step-size decision can amplify to ~1e-10, so the
@@ -333,18 +333,21 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                 yi = y + _combine(hc, ks, ai)
                 ks.append(field(t + ci * h, yi, args))
             return yi, ks[-1], _combine(hc, ks, tab.e)
-        # the stages so far stacked on a last axis and combined by one product per stage:
-        # a handful of operations (and autograd nodes) per stage instead of two per
-        # nonzero coefficient, which is most of a step's cost when the batch is small
+        # the stages so far stacked on a last axis and combined by one weighted sum per
+        # stage: a handful of operations (and autograd nodes) per stage instead of two
+        # per nonzero coefficient, which is most of a step's cost when the batch is
+        # small.  A product and a sum over the last axis, not a matrix product: BLAS
+        # rounds a row differently depending on how many rows there are, this does not
+        # (a row takes the same steps alone as in any batch)
         a_rows, c, e_row = coeffs
         with torch.no_grad():
             times = t[:, None] + hc * c
         ks = [f0]
         yi = y
         for i, ai in enumerate(a_rows):
-            yi = torch.addcmul(y, hc, torch.stack(ks, -1) @ ai)
+            yi = torch.addcmul(y, hc, (torch.stack(ks, -1) * ai).sum(-1))
             ks.append(field(times[:, i], yi, args))
-        return yi, ks[-1], hc * (torch.stack(ks, -1) @ e_row)
+        return yi, ks[-1], hc * (torch.stack(ks, -1) * e_row).sum(-1)
 
     def stage_coefficients(like):
         """``stacked_stages``: the rows of ``a``, ``c`` and the error weights as

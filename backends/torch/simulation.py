@@ -87,7 +87,8 @@ class TorchOptions:
     (``compile=False``) and the sensitivity is ``forward`` or ``autograd`` with
     ``dopri5``/``dopri8``; with forward sensitivities, batches of at most
     :data:`FORWARD_BATCH_ENTRIES` states and sensitivities.  False: one solve after
-    another (the unbatched reference path)."""
+    another (the unbatched reference path; ``autograd``: each experiment a batch of
+    one, the same solver)."""
 
 
 class TorchExecutor:
@@ -300,12 +301,14 @@ class TorchExecutor:
         """Experiments solved together (``batch_experiments``): those of one number of
         periods and without a steady-state period form a batch when there are at least
         two; each period's start, end, padded output times and change indices stacked
-        per batch (targets padded with one index past the end: dropped)."""
+        per batch (targets padded with one index past the end: dropped).  ``autograd``
+        with ``batch_experiments=False``: every experiment a batch of its own (one solve
+        after another with the same solver, the reference for the batched path)."""
         plan, o = self.plan, self.options
         self.batches: list[tuple[int, list[int]]] = []
-        batchable = (o.batch_experiments and not o.compile and o.method in FORWARD_METHODS
+        batchable = (not o.compile and o.method in FORWARD_METHODS
                      and o.sensitivity in ("forward", "autograd"))
-        if not batchable:
+        if not batchable or not (o.batch_experiments or o.sensitivity == "autograd"):
             return
         by_p: dict[int, list[int]] = {}
         for e, exp in enumerate(plan.experiments):
@@ -314,7 +317,8 @@ class TorchExecutor:
         d = self._numpy_data
         n_theta, n_x = len(plan.theta_ids), len(plan.state_ids)
         size = len(plan.state_ids) * (1 + len(plan.state_ids) + self.n_p)
-        most = (max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
+        most = (1 if not o.batch_experiments
+                else max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
                 else len(plan.experiments))
         chunks = [(P, exps[i: i + most]) for P, exps in sorted(by_p.items())
                   for i in range(0, len(exps), most)]
@@ -1189,7 +1193,7 @@ class _PolynomialFormula:
     """Formulas that are polynomials with numeric coefficients in their arguments' symbols
     (mass action, linear maps, a network's inputs taken from the states), evaluated
     vectorized: the arguments concatenated (with a column of ones), the monomials
-    gathered by index and multiplied, and one matrix product with the coefficients.
+    gathered by index and multiplied, and one weighted sum with the coefficients.
     A handful of tensor operations (and autograd nodes) per call instead of a few per
     symbol and term, which is most of a small right-hand side's cost when autograd
     records every step.  ``f(t, *arrays)`` with every array ``(E, group size)``; the
@@ -1271,12 +1275,12 @@ class _PolynomialFormula:
             self._tensors[key] = found
         factors, coefficients = found
         z = torch.cat([*arrays, a0.new_ones((a0.shape[0], 1))], 1)
-        if not factors:
-            return z[:, -1:] @ coefficients
-        m = z[:, factors[0]]
+        m = z[:, factors[0]] if factors else z[:, -1:]
         for f in factors[1:]:
             m = m * z[:, f]
-        return m @ coefficients
+        # a product and a sum, not a matrix product: BLAS rounds a row differently
+        # depending on how many rows there are, this does not
+        return (m[:, :, None] * coefficients).sum(1)
 
 
 def _call_closure(t, x, field):
