@@ -267,6 +267,11 @@ def test_polynomial_formulas_against_the_compiled_ones():
     assert torch.equal(pick(t, *args), args[1][:, [2, 0]])
     for other in (["exp(x1)"], ["k1*x1/(k2 + x1)"], ["time*x1"], ["x1**0.5"]):
         assert _PolynomialFormula.build(other, groups) is None
+    # a coefficient table too large for the dense weighted sum: the generated code; a
+    # pick of as many columns is no sum
+    wide = [[f"a{i}" for i in range(70)], ["b"]]
+    assert _PolynomialFormula.build([f"a{i}*b" for i in range(70)], wide) is None
+    assert _PolynomialFormula.build(wide[0], wide).selection == (0, None)
 
 
 def test_network_probe_falls_back_to_vmap(scaled_lv, monkeypatch):

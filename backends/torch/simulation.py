@@ -1202,6 +1202,9 @@ class _PolynomialFormula:
 
     MAX_MONOMIALS = 512
     MAX_DEGREE = 4
+    MAX_COEFFICIENTS = 4096
+    """The weighted sum materializes ``(E, n_monomials, n_exprs)``: larger coefficient
+    tables (big models) keep the generated code."""
 
     def __init__(self, sizes, selection, factors, coefficients):
         self.sizes = sizes                 # columns per argument group
@@ -1259,6 +1262,8 @@ class _PolynomialFormula:
         degree = max((len(m) for m in order), default=0)
         factors = [np.array([m[d] if d < len(m) else n_z for m in order], np.int64)
                    for d in range(degree)]
+        if selection is None and len(order) * len(exprs) > cls.MAX_COEFFICIENTS:
+            return None
         return cls(sizes, selection, factors, coefficients)
 
     def __call__(self, t, *arrays):
