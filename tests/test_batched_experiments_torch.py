@@ -260,6 +260,18 @@ def test_polynomial_formulas_against_the_compiled_ones():
     g_ref = torch.autograd.grad((ref * ct).sum(), args)
     for a, b in zip(g_got, g_ref):
         assert float((a - b).abs().max()) <= 1e-13
+    # the constants (group 1) fixed for a solve: their factors folded into per-row
+    # coefficients once; the same values and gradients
+    bound = fast.bind({0, 2}, [None, args[1], None])
+    got = bound(t, *args)
+    assert float((got - ref).abs().max()) <= 1e-13
+    for a, b in zip(torch.autograd.grad((got * ct).sum(), args), g_ref):
+        assert float((a - b).abs().max()) <= 1e-13
+    linear = _PolynomialFormula.build(["k1*x1 + o1", "k2*x2 - k3*x1"], groups)
+    bound = linear.bind({0, 2}, [None, args[1], None])
+    ref = compile_expressions(["k1*x1 + o1", "k2*x2 - k3*x1"], groups, backend="torch",
+                              broadcast=False)(t, *args)
+    assert float((bound(t, *args) - ref).abs().max()) <= 1e-14
     # a network's inputs taken from the states: a pick, the states themselves in order
     assert _PolynomialFormula.build(["x1", "x2"], groups).selection == (0, None)
     pick = _PolynomialFormula.build(["k3", "k1"], groups)

@@ -902,6 +902,11 @@ class TorchExecutor:
         rhs, inputs = self._vectorized_formulas()
         nets = [(j, inputs[j], self._batched_network(j, params, arrays))
                 for j, params in net_params]
+        if isinstance(rhs, _PolynomialFormula):
+            # the constants and the outputs of networks not called here are fixed for
+            # the solve: their part of the coefficients is worked out once
+            varying = {0} | {2 + j for j, _, _ in nets}
+            rhs = rhs.bind(varying, [None, theta, *outs]) or rhs
 
         def field(t, x):
             if not nets:
@@ -1206,7 +1211,8 @@ class _PolynomialFormula:
     """The weighted sum materializes ``(E, n_monomials, n_exprs)``: larger coefficient
     tables (big models) keep the generated code."""
 
-    def __init__(self, sizes, selection, factors, coefficients):
+    def __init__(self, sizes, selection, factors, coefficients, monomials=()):
+        self.monomials = list(monomials)   # per monomial: its factors' columns
         self.sizes = sizes                 # columns per argument group
         self.selection = selection         # (group, columns) when a pure column pick
         self.factors = factors             # per degree slot: column of each monomial
@@ -1264,7 +1270,73 @@ class _PolynomialFormula:
                    for d in range(degree)]
         if selection is None and len(order) * len(exprs) > cls.MAX_COEFFICIENTS:
             return None
-        return cls(sizes, selection, factors, coefficients)
+        return cls(sizes, selection, factors, coefficients, order)
+
+    def bind(self, varying, arrays):
+        """This formula with every argument group not in ``varying`` fixed at
+        ``arrays[g]`` (``(E, size)``; a solve's constants): their factors are multiplied
+        into per-row coefficients ``(E, n_exprs, n_varying_monomials)`` once, so a call
+        only gathers the varying columns and takes one weighted sum (three operations
+        when the formula is linear in them).  Same signature (the fixed groups'
+        arguments are ignored); None where this does not apply (a pick, or a table too
+        large)."""
+        if self.selection is not None:
+            return None
+        starts = np.cumsum([0] + list(self.sizes))
+        vary_cols = [c for g in sorted(varying) for c in range(starts[g], starts[g + 1])]
+        fixed_groups = [g for g in range(len(self.sizes)) if g not in varying]
+        fixed_cols = [c for g in fixed_groups for c in range(starts[g], starts[g + 1])]
+        vpos = {c: i for i, c in enumerate(vary_cols)}
+        fpos = {c: i for i, c in enumerate(fixed_cols)}
+        parts = [(tuple(vpos[c] for c in mono if c in vpos),
+                  tuple(fpos[c] for c in mono if c in fpos)) for mono in self.monomials]
+        v_keys = sorted({v for v, _ in parts})
+        f_keys = sorted({f for _, f in parts})
+        n_out, n_v = self.coefficients.shape[0], len(v_keys)
+        if n_out * n_v > self.MAX_COEFFICIENTS:
+            return None
+        v_at = {k: i for i, k in enumerate(v_keys)}
+        f_at = {k: i for i, k in enumerate(f_keys)}
+        flat, f_of, coef = [], [], []
+        for m, (v, f) in enumerate(parts):
+            for r in np.flatnonzero(self.coefficients[:, m]):
+                flat.append(int(r) * n_v + v_at[v])
+                f_of.append(f_at[f])
+                coef.append(float(self.coefficients[r, m]))
+        if not fixed_groups:
+            return None
+        a0 = arrays[fixed_groups[0]]
+        dev, dt, E = a0.device, a0.dtype, a0.shape[0]
+        ones = a0.new_ones((E, 1))
+
+        def products(z, keys, n_cols):
+            """Per key (a tuple of columns of ``z``; ``n_cols``: the ones column), the
+            product of its columns."""
+            degree = max((len(k) for k in keys), default=0)
+            if degree == 0:
+                return z[:, n_cols:].expand(E, len(keys))
+            slots = [torch.as_tensor([k[d] if d < len(k) else n_cols for k in keys],
+                                     device=dev) for d in range(degree)]
+            out = z[:, slots[0]]
+            for sl in slots[1:]:
+                out = out * z[:, sl]
+            return out
+
+        zf = torch.cat([arrays[g] for g in fixed_groups] + [ones], 1)
+        phi = products(zf, f_keys, len(fixed_cols))
+        values = phi[:, torch.as_tensor(f_of, device=dev)] * torch.as_tensor(coef, dtype=dt,
+                                                                              device=dev)
+        table = a0.new_zeros((E, n_out * n_v)).index_add(
+            1, torch.as_tensor(flat, device=dev), values).view(E, n_out, n_v)
+        identity = v_keys == [(i,) for i in range(len(vary_cols))]
+        order = sorted(varying)
+
+        def bound(t, *args):
+            zv = torch.cat([args[g] for g in order] + ([] if identity else [ones]), 1)
+            mv = zv if identity else products(zv, v_keys, len(vary_cols))
+            return (table * mv[:, None, :]).sum(-1)
+
+        return bound
 
     def __call__(self, t, *arrays):
         if self.selection is not None:
