@@ -9,7 +9,8 @@ make_batched_solve``).
   agree to 1e-10 (float64) on the suite's multi-experiment problem cases and on the
   bundled Lotka-Volterra UDE scaled to several experiments (two structures).
 * ``autograd`` (back-propagation through the batched steps) against forward
-  sensitivities: to the solver tolerance (different gradient methods).  Torch batched
+  sensitivities: to the solver tolerance (different gradient methods); against each
+  experiment solved alone (a batch of one): 1e-10.  Torch batched
   against JAX: ``test_simulation_suite.py::test_backends_agree`` on cases 003 and 038.
 * Suite case 038 (a ReLU network in the right-hand side) is not compared here: batched
   and unbatched network products round differently in the last bits and the kinks
@@ -50,10 +51,13 @@ def _decay(t, y, args):
     return -args[:, None] * y
 
 
-def test_batched_solver_matches_exact_solution_and_rows_alone():
+@pytest.mark.parametrize("stacked_stages", [False, True])
+def test_batched_solver_matches_exact_solution_and_rows_alone(stacked_stages):
+    """Term-by-term stage sums (forward sensitivities) and stacked stages (autograd)."""
     from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
 
-    solve = make_batched_solve(_decay, SolveOptions("dopri5", 1e-10, 1e-10))
+    solve = make_batched_solve(_decay, SolveOptions("dopri5", 1e-10, 1e-10),
+                               stacked_stages=stacked_stages)
     dt = torch.float64
     rates = torch.tensor([0.3, 1.7, 0.9], dtype=dt, requires_grad=True)
     y0 = torch.tensor([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]], dtype=dt)
@@ -77,6 +81,35 @@ def test_batched_solver_matches_exact_solution_and_rows_alone():
         assert int(alone[3][0]) == int(steps[i])
         assert float((alone[0][0] - ys[i]).abs().max()) <= 1e-14
         assert float((alone[1][0] - y1[i]).abs().max()) <= 1e-14
+
+
+def test_batched_solver_evaluating_moving_rows_only_changes_nothing(monkeypatch):
+    """``restrict``: once rows have finished, steps evaluate the others only; values,
+    gradients and steps as when every row takes (zero-length) steps to the end."""
+    from petab_sciml.backends.torch import ode
+
+    monkeypatch.setattr(ode, "COMPACT_ROWS", 1)
+    dt = torch.float64
+    rates = torch.linspace(0.2, 2.0, 6, dtype=dt).requires_grad_(True)
+    y0 = torch.ones((6, 2), dtype=dt) * torch.arange(1, 7, dtype=dt)[:, None]
+    t1 = torch.tensor([0.5, 1.0, 2.0, 4.0, 6.0, 8.0], dtype=dt)
+    ts = torch.stack([t1 / 2, t1], 1)
+    results = []
+    for restrict in (None, lambda args, rows: args[rows]):
+        solve = ode.make_batched_solve(_decay, ode.SolveOptions("dopri5", 1e-10, 1e-10),
+                                       stacked_stages=True, restrict=restrict)
+        ys, y1, ok, steps = solve(y0, torch.zeros(6, dtype=dt), t1, ts, rates)
+        assert bool(ok.all())
+        (g,) = torch.autograd.grad(ys.sum() + y1.sum(), rates)
+        results.append((ys.detach(), y1.detach(), steps, g))
+    (ys_a, y1_a, n_a, g_a), (ys_b, y1_b, n_b, g_b) = results
+    assert len(set(n_a.tolist())) > 2   # rows finish at different iterations
+    assert torch.equal(n_a, n_b)
+    assert float((ys_a - ys_b).abs().max()) <= 1e-15
+    assert float((y1_a - y1_b).abs().max()) <= 1e-15
+    assert float((g_a - g_b).abs().max()) <= 1e-13
+    exact = y0[:, None, :] * torch.exp(-rates.detach()[:, None, None] * ts[..., None])
+    assert float((ys_b - exact).abs().max()) < 1e-8
 
 
 def test_batched_solver_row_failure_stays_in_its_row():
@@ -168,6 +201,11 @@ def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):
     assert _close(by_steps.value, forward.value) <= 1e-6
     assert _close(by_steps.simulations, forward.simulations) <= 1e-6
     assert _close(by_steps.grad_flat, forward.grad_flat) <= 1e-4
+    # batch_experiments=False: each experiment alone through the same solver (a batch
+    # of one): the batched results to 1e-10
+    alone = problem.simulator(sensitivity="autograd", batch_experiments=False)
+    assert [len(exps) for _, exps in alone.executor.batches] == [1] * 6
+    _agree(by_steps, alone.evaluate(w))
 
 
 def test_unrolled_and_looped_stages_take_the_same_steps():
@@ -195,3 +233,80 @@ def test_unrolled_and_looped_stages_take_the_same_steps():
         results.append((ys, int(steps)))
     assert results[0][1] == results[1][1]
     assert float((results[0][0] - results[1][0]).abs().max()) <= 1e-14
+
+
+# --------------------------------------------------------------------- autograd fast paths
+def test_polynomial_formulas_against_the_compiled_ones():
+    """The vectorized polynomial right-hand side (``sensitivity="autograd"`` batched
+    solves) against the generated formula code: values and gradients; formulas that are
+    no polynomials (or read time) are refused."""
+    from petab_sciml.backends.torch.simulation import _PolynomialFormula
+    from petab_sciml.expressions import compile_expressions
+
+    groups = [["x1", "x2"], ["k1", "k2", "k3"], ["o1"]]
+    exprs = ["k1*x1 - k2*x1*x2 + 3", "x2**2*k3 - 0.5*o1*x1**3", "o1 + x1 - 2*k2", "1.5"]
+    fast = _PolynomialFormula.build(exprs, groups)
+    assert fast is not None and fast.selection is None
+    slow = compile_expressions(exprs, groups, backend="torch", broadcast=False)
+    gen = torch.Generator().manual_seed(3)
+    args = [torch.randn((4, len(g)), generator=gen, dtype=torch.float64, requires_grad=True)
+            for g in groups]
+    t = torch.zeros(4, dtype=torch.float64)
+    got, ref = fast(t, *args), slow(t, *args)
+    assert got.shape == ref.shape == (4, 4)
+    assert float((got - ref).abs().max()) <= 1e-13
+    ct = torch.randn((4, 4), generator=gen, dtype=torch.float64)
+    g_got = torch.autograd.grad((got * ct).sum(), args)
+    g_ref = torch.autograd.grad((ref * ct).sum(), args)
+    for a, b in zip(g_got, g_ref):
+        assert float((a - b).abs().max()) <= 1e-13
+    # the constants (group 1) fixed for a solve: their factors folded into per-row
+    # coefficients once; the same values and gradients
+    bound = fast.bind({0, 2}, [None, args[1], None])
+    got = bound(t, *args)
+    assert float((got - ref).abs().max()) <= 1e-13
+    for a, b in zip(torch.autograd.grad((got * ct).sum(), args), g_ref):
+        assert float((a - b).abs().max()) <= 1e-13
+    linear = _PolynomialFormula.build(["k1*x1 + o1", "k2*x2 - k3*x1"], groups)
+    bound = linear.bind({0, 2}, [None, args[1], None])
+    ref = compile_expressions(["k1*x1 + o1", "k2*x2 - k3*x1"], groups, backend="torch",
+                              broadcast=False)(t, *args)
+    assert float((bound(t, *args) - ref).abs().max()) <= 1e-14
+    # a network's inputs taken from the states: a pick, the states themselves in order
+    assert _PolynomialFormula.build(["x1", "x2"], groups).selection == (0, None)
+    pick = _PolynomialFormula.build(["k3", "k1"], groups)
+    assert pick.selection == (1, [2, 0])
+    assert torch.equal(pick(t, *args), args[1][:, [2, 0]])
+    for other in (["exp(x1)"], ["k1*x1/(k2 + x1)"], ["time*x1"], ["x1**0.5"]):
+        assert _PolynomialFormula.build(other, groups) is None
+    # a coefficient table too large for the dense weighted sum: the generated code; a
+    # pick of as many columns is no sum
+    wide = [[f"a{i}" for i in range(70)], ["b"]]
+    assert _PolynomialFormula.build([f"a{i}*b" for i in range(70)], wide) is None
+    assert _PolynomialFormula.build(wide[0], wide).selection == (0, None)
+
+
+def test_network_probe_falls_back_to_vmap(scaled_lv, monkeypatch):
+    """A right-hand-side network is called once on the whole batch only where that gives
+    what ``vmap`` over the rows gives: a (simulated) network that mixes rows fails the
+    probe and goes through ``vmap``, with the same results."""
+    from petab_sciml.backends.torch.simulation import TorchExecutor
+    from petab_sciml.problem import load_problem
+
+    problem = load_problem(scaled_lv[1], backend="torch")
+    w = _w(problem)
+    auto = problem.simulator(sensitivity="autograd")
+    direct = auto.evaluate(w)
+    assert auto.executor._transparent == {j: True for j in auto.executor.rhs_nets}
+    original = TorchExecutor._direct_network
+
+    def mixing(self, j, params, arrays):
+        forward = original(self, j, params, arrays)
+        return lambda values: forward(values) + values[:, :1].sum()   # mixes the rows
+
+    monkeypatch.setattr(TorchExecutor, "_direct_network", mixing)
+    fallback = load_problem(scaled_lv[1], backend="torch").simulator(sensitivity="autograd")
+    vmapped = fallback.evaluate(w)
+    assert fallback.executor._transparent == {j: False for j in auto.executor.rhs_nets}
+    assert _close(vmapped.value, direct.value) <= 1e-12
+    assert _close(vmapped.grad_flat, direct.grad_flat) <= 1e-12

@@ -327,7 +327,15 @@ def initial_step_batched(field: Field, tab: Tableau, t0, y0, f0, rtol: float, at
     return torch.minimum(100 * h0, h1)
 
 
-def make_batched_solve(field: Field, options: SolveOptions) -> Callable[..., Any]:
+COMPACT_ROWS = 8
+"""Batched solves with ``restrict``: once at least this many rows (and an eighth of the
+batch) have finished, steps evaluate only the rows still moving."""
+
+
+def make_batched_solve(field: Field, options: SolveOptions, *,
+                       stacked_stages: bool = False,
+                       restrict: Callable[[Any, torch.Tensor], Any] | None = None
+                       ) -> Callable[..., Any]:
     """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)`` for a batch of ``E``
     independent problems solved together: ``y0`` is ``(E, n)``, ``t0`` and ``t1`` are
     ``(E,)``, ``ts`` is ``(E, N)`` (each row sorted, in ``[t0, t1]``; pad a shorter grid
@@ -345,23 +353,58 @@ def make_batched_solve(field: Field, options: SolveOptions) -> Callable[..., Any
 
     The loop is eager Python.  Autograd may flow through it (back-propagation through
     the steps): the step-size decisions are taken on detached values, so gradients are
-    those of the discrete solution for the step sequence taken."""
+    those of the discrete solution for the step sequence taken.
+
+    ``stacked_stages``: each stage's combination of the previous stages is one weighted
+    sum of the stacked stages (a few tensor operations, and autograd nodes, per stage)
+    instead of a product and a sum per nonzero coefficient, as :func:`make_solve`.  The
+    same method, summed in another order: results differ from :func:`make_solve`'s in
+    the last bits, which a step-size decision can amplify to ~1e-10, so the
+    forward-sensitivity path (batched equals unbatched to 1e-10) keeps the term-by-term
+    sums; back-propagation through the steps, where the per-operation cost dominates
+    small batches, stacks.
+
+    ``restrict(args, rows)``: ``args`` for the given rows only (a tensor of row
+    indices).  With it, once :data:`COMPACT_ROWS` rows or more (and at least an eighth
+    of the batch) have finished or failed, a step evaluates the rows still moving only
+    instead of giving the others zero-length steps; the results are the same."""
     tab = tableau(options.method)
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
     inv_order = 1.0 / tab.order
 
-    def step(t, y, f0, h, args):
+    def step(t, y, f0, h, args, coeffs):
         hc = h[:, None]
+        if coeffs is None:   # term by term, as make_solve
+            ks = [f0]
+            for ci, ai in zip(tab.c, tab.a):
+                yi = y + _combine(hc, ks, ai)
+                ks.append(field(t + ci * h, yi, args))
+            return yi, ks[-1], _combine(hc, ks, tab.e)
+        # the stages so far stacked on a last axis and combined by one weighted sum per
+        # stage: a handful of operations (and autograd nodes) per stage instead of two
+        # per nonzero coefficient, which is most of a step's cost when the batch is
+        # small.  A product and a sum over the last axis, not a matrix product: BLAS
+        # rounds a row differently depending on how many rows there are, this does not
+        # (a row takes the same steps alone as in any batch)
+        a_rows, c, e_row = coeffs
+        with torch.no_grad():
+            times = t[:, None] + hc * c
         ks = [f0]
-        for i, (ci, ai) in enumerate(zip(tab.c, tab.a)):
-            yi = y + _combine(hc, ks, ai)
-            ks.append(field(t + ci * h, yi, args))
-            if i == len(tab.a) - 1:
-                y1 = yi
-        return y1, ks[-1], _combine(hc, ks, tab.e)
+        yi = y
+        for i, ai in enumerate(a_rows):
+            yi = torch.addcmul(y, hc, (torch.stack(ks, -1) * ai).sum(-1))
+            ks.append(field(times[:, i], yi, args))
+        return yi, ks[-1], hc * (torch.stack(ks, -1) * e_row).sum(-1)
+
+    def stage_coefficients(like):
+        """``stacked_stages``: the rows of ``a``, ``c`` and the error weights as
+        tensors."""
+        as_t = lambda v: torch.tensor(v, dtype=like.dtype, device=like.device)  # noqa: E731
+        return [as_t(ai) for ai in tab.a], as_t(tab.c), as_t(tab.e[: len(tab.a) + 1])
 
     def solve(y0, t0, t1, ts, args):
         E, n_out = ts.shape
+        coeffs = stage_coefficients(y0) if stacked_stages else None
         f0 = field(t0, y0, args)
         with torch.no_grad():
             h = initial_step_batched(field, tab, t0, y0.detach(), f0.detach(), rtol, atol,
@@ -374,9 +417,11 @@ def make_batched_solve(field: Field, options: SolveOptions) -> Callable[..., Any
         t, y, f = t0.clone(), y0, f0
         slots = torch.arange(n_out, device=y0.device)
         rows = torch.arange(E, device=y0.device)
+        sub = None
         while True:
             active = ((t < t1) | (k < n_out)) & (n < max_steps) & good
-            if not bool(active.any()):
+            n_active = int(active.sum())
+            if not n_active:
                 break
             has_out = k < n_out
             kc = torch.clamp(k, max=n_out - 1)
@@ -384,7 +429,19 @@ def make_batched_solve(field: Field, options: SolveOptions) -> Callable[..., Any
             gap = torch.where(active, target - t, torch.zeros_like(t))
             clipped = gap <= h
             h_try = torch.where(clipped, gap, h)
-            y1, f1, err = step(t, y, f, h_try, args)
+            if restrict is not None and E - n_active >= max(COMPACT_ROWS, E // 8):
+                # only the rows still moving (the others' zero-length step would give
+                # y1 = y, f1 = f, err = 0: exactly what they get here)
+                moving = active.nonzero()[:, 0]
+                if sub is None or not torch.equal(sub[0], moving):
+                    sub = (moving, restrict(args, moving))
+                y1s, f1s, errs = step(t[moving], y[moving], f[moving], h_try[moving],
+                                      sub[1], coeffs)
+                y1 = y.index_put((moving,), y1s)
+                f1 = f.index_put((moving,), f1s)
+                err = y.detach().new_zeros(y.shape).index_put((moving,), errs.detach())
+            else:
+                y1, f1, err = step(t, y, f, h_try, args, coeffs)
             with torch.no_grad():
                 yd, y1d = y.detach(), y1.detach()
                 ratio = _rms_rows(err.detach() / (atol + rtol * torch.maximum(yd.abs(),

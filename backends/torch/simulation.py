@@ -11,7 +11,10 @@ Gradients (``sensitivity``):
   (one reverse pass per state, vmapped).  ``p`` gathers everything the right-hand side
   reads: the constants ``theta``, the pre-initialization network outputs and the arrays
   of the networks inside the right-hand side.
-* ``"autograd"``: back-propagation through torchdiffeq's solver steps;
+* ``"autograd"``: back-propagation through the solver steps: experiments in batches
+  (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`, even a single one; the
+  right-hand side a closure of a few operations, :meth:`TorchExecutor._batched_rhs`),
+  torchdiffeq's solver where they are not batched;
 * ``"adjoint"``: ``torchdiffeq.odeint_adjoint`` (continuous adjoint, O(1) memory in the
   steps).
 
@@ -66,7 +69,8 @@ class TorchOptions:
     atol: float = 1e-8
     sensitivity: str = "forward"
     """``forward``: forward sensitivities integrated with the states (error control on
-    both); ``autograd``: back-propagation through torchdiffeq's steps; ``adjoint``:
+    both); ``autograd``: back-propagation through the solver's steps (batched solves,
+    else torchdiffeq's); ``adjoint``:
     ``torchdiffeq.odeint_adjoint``."""
     max_steps: int = 100_000
     compile: bool = False
@@ -84,10 +88,12 @@ class TorchOptions:
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
     states ``(n_experiments, n_states)``, each experiment with its own step sizes) when
-    there are at least two of them, the solves are eager (``compile=False``) and the
-    sensitivity is ``forward`` or ``autograd`` with ``dopri5``/``dopri8``; with forward
-    sensitivities, batches of at most :data:`FORWARD_BATCH_ENTRIES` states and
-    sensitivities.  False: one solve after another (the unbatched reference path)."""
+    there are at least two of them (``autograd``: from one), the solves are eager
+    (``compile=False``) and the sensitivity is ``forward`` or ``autograd`` with
+    ``dopri5``/``dopri8``; with forward sensitivities, batches of at most
+    :data:`FORWARD_BATCH_ENTRIES` states and sensitivities.  False: one solve after
+    another (the unbatched reference path; ``autograd``: each experiment a batch of
+    one, the same solver)."""
 
 
 class TorchExecutor:
@@ -136,6 +142,7 @@ class TorchExecutor:
         self._prepare()
         self._prepare_batches()
         self._solvers: dict[tuple, Any] = {}
+        self._transparent: dict[int, bool] = {}
         self._tensor_cache: dict[tuple, dict[str, Any]] = {}
         self.n_steps = 0
         """Steps of the last evaluation's solves (forward sensitivities)."""
@@ -303,12 +310,14 @@ class TorchExecutor:
         """Experiments solved together (``batch_experiments``): those of one number of
         periods and without a steady-state period form a batch when there are at least
         two; each period's start, end, padded output times and change indices stacked
-        per batch (targets padded with one index past the end: dropped)."""
+        per batch (targets padded with one index past the end: dropped).  ``autograd``
+        with ``batch_experiments=False``: every experiment a batch of its own (one solve
+        after another with the same solver, the reference for the batched path)."""
         plan, o = self.plan, self.options
         self.batches: list[tuple[int, list[int]]] = []
-        batchable = (o.batch_experiments and not o.compile and o.method in FORWARD_METHODS
+        batchable = (not o.compile and o.method in FORWARD_METHODS
                      and o.sensitivity in ("forward", "autograd"))
-        if not batchable:
+        if not batchable or not (o.batch_experiments or o.sensitivity == "autograd"):
             return
         by_p: dict[int, list[int]] = {}
         for e, exp in enumerate(plan.experiments):
@@ -317,12 +326,17 @@ class TorchExecutor:
         d = self._numpy_data
         n_theta, n_x = len(plan.theta_ids), len(plan.state_ids)
         size = len(plan.state_ids) * (1 + len(plan.state_ids) + self.n_p)
-        most = (max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
+        most = (1 if not o.batch_experiments
+                else max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
                 else len(plan.experiments))
         chunks = [(P, exps[i: i + most]) for P, exps in sorted(by_p.items())
                   for i in range(0, len(exps), most)]
+        # autograd: even one experiment goes through the batched solver (our loop costs
+        # less per step than torchdiffeq's, and a lone experiment then takes the steps it
+        # takes inside a batch); forward sensitivities: from two on
+        least = 1 if o.sensitivity == "autograd" else 2
         for P, exps in chunks:
-            if len(exps) < 2:
+            if len(exps) < least:
                 continue
             b = len(self.batches)
             self.batches.append((P, exps))
@@ -626,10 +640,12 @@ class TorchExecutor:
                 rtol, atol = max(rtol, FLOAT32_TOLERANCE), max(atol, FLOAT32_TOLERANCE)
             fields = {"aug": self._aug_field, "plain": self._plain_field,
                       "aug_batched": self._aug_field_batched,
-                      "plain_batched": self._plain_field_batched}
+                      "plain_batched": _call_closure}
             solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
             if kind.endswith("_batched"):
-                found = make_batched_solve(fields[kind], solve_options)
+                plain = kind == "plain_batched"
+                found = make_batched_solve(fields[kind], solve_options, stacked_stages=plain,
+                                           restrict=_restrict_closure if plain else None)
             else:
                 found = solver(fields[kind], solve_options, compile=o.compile,
                                unroll_stages=o.unroll_stages)
@@ -671,7 +687,15 @@ class TorchExecutor:
             group_theta.append(theta)
             group_outs.append(outs)
 
-        pieces: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        # the states at the output times and the constants of every (experiment, period),
+        # as row blocks of a few tensors (a batch's period: one block for all its
+        # experiments; slicing out each experiment would cost autograd nodes, and
+        # full-size zero-filled gradients, per experiment)
+        x_blocks: list[torch.Tensor] = []
+        th_blocks: list[torch.Tensor] = []
+        x_at: dict[tuple[int, int], int] = {}
+        th_at: dict[tuple[int, int], int] = {}
+        rows_x = rows_th = 0
         ok = torch.ones((), dtype=torch.bool, device=w.device)
         self.n_steps = 0
         batched = {e for _, exps in self.batches for e in exps}
@@ -680,10 +704,15 @@ class TorchExecutor:
                 ys, ths, good = self._solve_batch(b, P, group_theta, group_outs, arrays_all,
                                                   d, w)
                 ok = ok & good
-                for i, e in enumerate(exps):
-                    for k in range(P):
-                        n = self.periods[e][k]["n_times"]
-                        pieces[(e, k)] = (ys[k][i, :n], ths[k][i])
+                for k in range(P):
+                    N = ys[k].shape[1]
+                    x_blocks.append(ys[k].reshape(-1, n_x))
+                    th_blocks.append(ths[k])
+                    for i, e in enumerate(exps):
+                        x_at[(e, k)] = rows_x + i * N
+                        th_at[(e, k)] = rows_th + i
+                    rows_x += len(exps) * N
+                    rows_th += len(exps)
             for e, exp in enumerate(plan.experiments):
                 if e in batched:
                     continue
@@ -709,17 +738,18 @@ class TorchExecutor:
                             x = x.index_put((st_t,), vals[st_s])
                     y, x, good = self._solve(x, theta, outs, arrays, period, d, w, params)
                     ok = ok & good
-                    pieces[(e, k)] = (y, theta)
-        order = [(e, k) for e, exp in enumerate(plan.experiments)
-                 for k in range(len(exp.periods))]
-        xs = [pieces[ek][0] for ek in order]
-        thetas = [pieces[ek][1] for ek in order]
-        if not thetas:   # no measurements
+                    x_blocks.append(y)
+                    th_blocks.append(theta.unsqueeze(0))
+                    x_at[(e, k)], th_at[(e, k)] = rows_x, rows_th
+                    rows_x += y.shape[0]
+                    rows_th += 1
+        if not th_blocks:   # no measurements
             X = w.new_zeros((0, n_x))
             TH = w.new_zeros((0, d["theta0"].shape[0]))
         else:
-            X = torch.cat(xs)[d["m_x"]]
-            TH = torch.stack(thetas)[d["m_th"]]
+            pick_x, pick_th = self._measurement_rows(x_at, th_at, (rows_x, rows_th), d)
+            X = torch.cat(x_blocks)[pick_x]
+            TH = torch.cat(th_blocks)[pick_th]
         t_m = d["m_time"]
         outs_m = empty_outs((t_m.shape[0],))
         for j in self.pre_ids:
@@ -752,6 +782,53 @@ class TorchExecutor:
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y, "sigma": sigma,
                 "ok": ok}
 
+    def _constant_changes(self, like):
+        """Every condition change's value when all of them are numbers (``like``'s dtype
+        and device), else None.  A batch then picks its rows' values from this vector
+        instead of evaluating every change of every condition for every row (a
+        ``(n_experiments, n_changes)`` table, quadratic in the experiments when each has
+        its own condition)."""
+        found = getattr(self, "_constants", None)
+        if found is None:
+            import sympy
+
+            exprs = [sympy.sympify(e) for e in self.plan.change_exprs]
+            try:
+                values = (np.array([float(e) for e in exprs], np.float64)
+                          if exprs and all(e.is_number for e in exprs) else None)
+            except TypeError:   # a complex number: the generated formulas decide
+                values = None
+            found = self._constants = {"values": values}
+        if found["values"] is None:
+            return None
+        key = (like.dtype, like.device)
+        if key not in found:
+            found[key] = torch.as_tensor(found["values"], dtype=like.dtype,
+                                         device=like.device)
+        return found[key]
+
+    def _measurement_rows(self, x_at, th_at, sizes, d):
+        """Per measurement, its row in the concatenated state blocks and in the
+        concatenated constant blocks of :meth:`evaluate` (``x_at``/``th_at``: the first
+        row of each (experiment, period)).  The layout is fixed by the plan and the
+        batches, so this is worked out once (per device)."""
+        key = (d["m_x"].device, sizes)
+        found = getattr(self, "_measurement_index", {}).get(key)
+        if found is None:
+            first = []
+            for e, exp in enumerate(self.plan.experiments):
+                for k, p in enumerate(exp.periods):
+                    first.append(np.arange(len(p.times)) + x_at[(e, k)])
+            x_rows = np.concatenate(first) if first else np.zeros(0, np.int64)
+            th_rows = np.array([th_at[(e, k)] for e, exp in enumerate(self.plan.experiments)
+                                for k in range(len(exp.periods))], np.int64)
+            m_x, m_th = d["m_x"].cpu().numpy(), d["m_th"].cpu().numpy()
+            device = d["m_x"].device
+            found = (torch.as_tensor(x_rows[m_x], device=device),
+                     torch.as_tensor(th_rows[m_th], device=device))
+            self._measurement_index = {key: found}
+        return found
+
     # ------------------------------------------------------------------ ODE solves
     def _solve_batch(self, b, P, group_theta, group_outs, arrays_all, d, w):
         """Batch ``b`` (``self.batches``): its experiments' periods solved together;
@@ -771,17 +848,20 @@ class TorchExecutor:
             start, end, ts = d[f"{key}_start"], d[f"{key}_end"], d[f"{key}_ts"]
             th_t, th_s = d[f"{key}_th_t"], d[f"{key}_th_s"]
             st_t, st_s = d[f"{key}_st_t"], d[f"{key}_st_s"]
+            constant = self._constant_changes(w)
             if k == 0:
                 x = fns.x0(start, theta, *outs)
                 if st_t.shape[1]:
-                    vals = fns.changes(start, x, theta, *outs)
-                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+                    vals = (constant if constant is not None
+                            else fns.changes(start, x, theta, *outs))
+                    x = _scatter_rows(x, st_t, _pick(vals, st_s))
             elif th_t.shape[1] or st_t.shape[1]:
-                vals = fns.changes(start, x, theta, *outs)
+                vals = (constant if constant is not None
+                        else fns.changes(start, x, theta, *outs))
                 if th_t.shape[1]:
-                    theta = _scatter_rows(theta, th_t, vals.gather(1, th_s))
+                    theta = _scatter_rows(theta, th_t, _pick(vals, th_s))
                 if st_t.shape[1]:
-                    x = _scatter_rows(x, st_t, vals.gather(1, st_s))
+                    x = _scatter_rows(x, st_t, _pick(vals, st_s))
             y, x, good = self._solve_span_batched(x, theta, outs, arrays, start, end, ts, w)
             ok = ok & torch.all(good)
             ys.append(y)
@@ -809,26 +889,140 @@ class TorchExecutor:
         net_params = [(j, self._net_params(j, s, base))
                       for (j, _, base, _), s in zip(self.p_nets, shared)]
         solve = self._solver("plain_batched", x0.dtype)
-        ys, y1, ok, steps = solve(x0, t0, t1, ts, (p_local, net_params, rhs_arrays))
+        field = self._batched_rhs(p_local, net_params, rhs_arrays)
+        ys, y1, ok, steps = solve(x0, t0, t1, ts, field)
         self.n_steps += int(steps.sum())
         return ys, y1, ok
 
-    def _plain_field_batched(self, t, x, args):
-        """``dx/dt`` of a batch of experiments (rows of ``x``; ``t`` per row): their own
-        constants and pre-initialization outputs ``p_local``, the right-hand-side networks'
-        arrays ``net_params`` (``[(network index, {"layer.array": tensor})]``) shared: the
-        networks are applied to the batch."""
-        p_local, net_params, arrays = args
+    def _batched_rhs(self, p_local, net_params, arrays):
+        """``dx/dt`` of a batch of experiments as a closure ``field(t, x)`` (rows of ``x``;
+        ``t`` per row), built once per solve: their own constants and pre-initialization
+        outputs ``p_local``, the right-hand-side networks' arrays ``net_params``
+        (``[(network index, {"layer.array": tensor})]``) shared: the networks are applied
+        to the batch.  Everything that does not depend on ``(t, x)`` (the constants'
+        slices, the zero outputs, the networks' bindings) is done here, not per call:
+        a solve calls the field a dozen times per step."""
         plan = self.plan
-        E = x.shape[0]
+        E = p_local.shape[0]
         theta = p_local[:, : len(plan.theta_ids)]
-        outs = [x.new_zeros((E, n.n_outputs)) for n in plan.networks]
+        outs = [p_local.new_zeros((E, n.n_outputs)) for n in plan.networks]
         for j, a, b in self.p_pre:
             outs[j] = p_local[:, a:b]
-        for j, params in net_params:
-            outs[j] = self._net_out(j, t, x, theta, outs, arrays, params, batched=True,
-                                    functional=True)
-        return self.fns.rhs(t, x, theta, *outs)
+        rhs, inputs = self._vectorized_formulas()
+        nets = [(j, inputs[j], self._batched_network(j, params, arrays))
+                for j, params in net_params]
+        if isinstance(rhs, _PolynomialFormula):
+            # the constants and the outputs of networks not called here are fixed for
+            # the solve: their part of the coefficients is worked out once
+            varying = {0} | {2 + j for j, _, _ in nets}
+            rhs = rhs.bind(varying, [None, theta, *outs]) or rhs
+
+        def field(t, x):
+            if not nets:
+                return rhs(t, x, theta, *outs)
+            o = list(outs)
+            for j, inputs, forward in nets:
+                o[j] = forward(inputs(t, x, theta, *o) if inputs is not None else None)
+            return rhs(t, x, theta, *o)
+
+        field.restrict = lambda rows: self._batched_rhs(
+            p_local[rows], net_params, [{k: v[rows] for k, v in a.items()} for a in arrays])
+        return field
+
+    def _vectorized_formulas(self):
+        """The right-hand side and each network's inputs as :class:`_PolynomialFormula`
+        where they are polynomials, else the compiled formulas (built once)."""
+        found = getattr(self, "_vectorized", None)
+        if found is None:
+            plan, fns = self.plan, self.fns
+            groups = plan.groups()
+            rhs = _PolynomialFormula.build(list(plan.rhs_exprs), groups) or fns.rhs
+            inputs = []
+            for j, net in enumerate(plan.networks):
+                fast = (_PolynomialFormula.build(list(net.input_exprs), groups)
+                        if fns.net_inputs[j] is not None else None)
+                inputs.append(fast or fns.net_inputs[j])
+            found = self._vectorized = (rhs, inputs)
+        return found
+
+    def _batched_network(self, j, params, arrays):
+        """``forward(values) -> (E, n_outputs)``: network ``j`` applied to a batch (element
+        inputs ``values`` (E, ...), array inputs ``arrays[j]`` (E, ...)) with its arrays
+        ``params``.  A network that maps a batch row by row (:meth:`_batch_transparent`)
+        is called once on the batch (the bound copy, no ``vmap``, no
+        ``functional_call``); others go through :meth:`_net_forward` (``vmap``)."""
+        if not self._batch_transparent(j):
+            return lambda values: self._net_forward(j, values, arrays, params, batched=True,
+                                                    functional=True)
+        return self._direct_network(j, params, arrays)
+
+    def _direct_network(self, j, params, arrays):
+        """:meth:`_batched_network` as one call of the bound copy on the batch."""
+        net = self.plan.networks[j]
+        module, slots = self.bound[j]
+        bindings = [(owner, name, params[slot.key]) for owner, name, slot in slots]
+        fixed = {i: arrays[j][inp.arg] for i, inp in enumerate(net.inputs)
+                 if inp.kind == "array"}
+        elements = [(i, inp.start, inp.start + inp.size, tuple(inp.shape))
+                    for i, inp in enumerate(net.inputs) if inp.kind != "array"]
+        n_in = len(net.inputs)
+        n_out = len(net.output_index)
+        whole = net.output_index == tuple((0, (i,)) for i in range(n_out))
+
+        def forward(values):
+            for owner, name, tensor in bindings:
+                object.__setattr__(owner, name, tensor)
+            inputs = [None] * n_in
+            for i, tensor in fixed.items():
+                inputs[i] = tensor
+            for i, a, b, shape in elements:
+                v = values[:, a:b]
+                inputs[i] = v.reshape((v.shape[0],) + shape)
+            result = module(*inputs)
+            result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            first = result[0]
+            if whole and first.dim() == 2 and first.shape[1] == n_out:
+                return first
+            picked = [result[arg].reshape(result[arg].shape[0], -1)[:, 0] if index is None
+                      else result[arg][(slice(None), *index)]
+                      for arg, index in net.output_index]
+            return torch.stack(picked, 1) if picked else first.new_zeros((first.shape[0], 0))
+
+        return forward
+
+    def _batch_transparent(self, j: int) -> bool:
+        """Whether network ``j`` maps a batch row by row: called on inputs with a leading
+        batch axis, it gives what ``vmap`` over the rows gives (same shapes, values to
+        1e-12).  Found once per network by a probe with random inputs and arrays; a
+        network that fails the probe (or raises) is always vmapped."""
+        found = self._transparent.get(j)
+        if found is not None:
+            return found
+        net = self.plan.networks[j]
+        gen = torch.Generator().manual_seed(0)
+        E, dt = 3, torch.float64
+        n_el = max((inp.start + inp.size for inp in net.inputs if inp.kind != "array"),
+                   default=0)
+        values = torch.randn((E, n_el), generator=gen, dtype=dt)
+        arrays = [{} for _ in self.plan.networks]
+        for inp in net.inputs:
+            if inp.kind == "array":
+                shape = np.asarray(inp.data).shape[1:]
+                arrays[j][inp.arg] = torch.randn((E, *shape), generator=gen, dtype=dt)
+        flat = torch.rand((self.plan.n_w,), generator=gen, dtype=dt) + 0.5
+        params = self._net_params(j, flat, 0)
+        try:
+            with torch.no_grad():
+                ref = self._net_forward(j, values, arrays, params, batched=True,
+                                        functional=True)
+                got = self._direct_network(j, params, arrays)(values)
+            found = (got.shape == ref.shape and bool(torch.all(torch.isfinite(ref)))
+                     and bool(torch.all(torch.abs(got - ref)
+                                        <= 1e-12 * torch.clamp(ref.abs(), min=1.0))))
+        except Exception:   # noqa: BLE001 - any failure: keep the general path
+            found = False
+        self._transparent[j] = found
+        return found
 
     def _aug_field_batched(self, t, y, args):
         """:meth:`_aug_field` of a batch of experiments (rows of ``y``, ``p``)."""
@@ -1007,6 +1201,189 @@ class _rhs_networks_in_eval_mode:
     def __exit__(self, *exc):
         for m in self.modules:
             m.train(True)
+
+
+class _PolynomialFormula:
+    """Formulas that are polynomials with numeric coefficients in their arguments' symbols
+    (mass action, linear maps, a network's inputs taken from the states), evaluated
+    vectorized: the arguments concatenated (with a column of ones), the monomials
+    gathered by index and multiplied, and one weighted sum with the coefficients.
+    A handful of tensor operations (and autograd nodes) per call instead of a few per
+    symbol and term, which is most of a small right-hand side's cost when autograd
+    records every step.  ``f(t, *arrays)`` with every array ``(E, group size)``; the
+    result is ``(E, n_exprs)``.  :meth:`build` returns None when an expression is not
+    such a polynomial (or uses time)."""
+
+    MAX_MONOMIALS = 512
+    MAX_DEGREE = 4
+    MAX_COEFFICIENTS = 4096
+    """The weighted sum materializes ``(E, n_monomials, n_exprs)``: larger coefficient
+    tables (big models) keep the generated code."""
+
+    def __init__(self, sizes, selection, factors, coefficients, monomials=()):
+        self.monomials = list(monomials)   # per monomial: its factors' columns
+        self.sizes = sizes                 # columns per argument group
+        self.selection = selection         # (group, columns) when a pure column pick
+        self.factors = factors             # per degree slot: column of each monomial
+        self.coefficients = coefficients   # (n_exprs, n_monomials) numpy
+        self._tensors: dict[tuple, tuple] = {}
+
+    @classmethod
+    def build(cls, exprs, groups) -> _PolynomialFormula | None:
+        import sympy
+
+        symbols = [sympy.Symbol(s) for g in groups for s in g]
+        column = {s: i for i, s in enumerate(symbols)}
+        if not exprs:
+            return None
+        monomials: dict[tuple[int, ...], int] = {}
+        entries = []
+        for r, expr in enumerate(exprs):
+            expr = sympy.sympify(expr)
+            free = sorted(expr.free_symbols, key=lambda s: column.get(s, -1))
+            if any(s not in column for s in free):
+                return None
+            try:
+                terms = (sympy.Poly(expr, *free).terms() if free
+                         else [((), expr)])
+            except Exception:   # noqa: BLE001 - sympy's polynomial errors: not a polynomial
+                return None
+            for powers, coeff in terms:
+                if not coeff.is_number or not coeff.is_real:
+                    return None
+                mono = tuple(sorted(column[g] for g, p in zip(free, powers)
+                                    for _ in range(int(p))))
+                if len(mono) > cls.MAX_DEGREE:
+                    return None
+                m = monomials.setdefault(mono, len(monomials))
+                entries.append((r, m, float(coeff)))
+        if len(monomials) > cls.MAX_MONOMIALS:
+            return None
+        coefficients = np.zeros((len(exprs), len(monomials)))
+        for r, m, c in entries:
+            coefficients[r, m] += c
+        sizes = [len(g) for g in groups]
+        n_z = sum(sizes)
+        selection = None
+        order = sorted(monomials, key=monomials.get)
+        if (len(order) == len(exprs) and all(len(m) == 1 for m in order)
+                and np.array_equal(coefficients, np.eye(len(exprs)))):
+            cols = [m[0] for m in order]
+            starts = np.cumsum([0] + sizes)
+            g = int(np.searchsorted(starts, cols[0], side="right") - 1)
+            if all(starts[g] <= c < starts[g + 1] for c in cols):
+                local = [c - int(starts[g]) for c in cols]
+                selection = (g, None if local == list(range(sizes[g])) else local)
+        degree = max((len(m) for m in order), default=0)
+        factors = [np.array([m[d] if d < len(m) else n_z for m in order], np.int64)
+                   for d in range(degree)]
+        if selection is None and len(order) * len(exprs) > cls.MAX_COEFFICIENTS:
+            return None
+        return cls(sizes, selection, factors, coefficients, order)
+
+    def bind(self, varying, arrays):
+        """This formula with every argument group not in ``varying`` fixed at
+        ``arrays[g]`` (``(E, size)``; a solve's constants): their factors are multiplied
+        into per-row coefficients ``(E, n_exprs, n_varying_monomials)`` once, so a call
+        only gathers the varying columns and takes one weighted sum (three operations
+        when the formula is linear in them).  Same signature (the fixed groups'
+        arguments are ignored); None where this does not apply (a pick, or a table too
+        large)."""
+        if self.selection is not None:
+            return None
+        starts = np.cumsum([0] + list(self.sizes))
+        vary_cols = [c for g in sorted(varying) for c in range(starts[g], starts[g + 1])]
+        fixed_groups = [g for g in range(len(self.sizes)) if g not in varying]
+        fixed_cols = [c for g in fixed_groups for c in range(starts[g], starts[g + 1])]
+        vpos = {c: i for i, c in enumerate(vary_cols)}
+        fpos = {c: i for i, c in enumerate(fixed_cols)}
+        parts = [(tuple(vpos[c] for c in mono if c in vpos),
+                  tuple(fpos[c] for c in mono if c in fpos)) for mono in self.monomials]
+        v_keys = sorted({v for v, _ in parts})
+        f_keys = sorted({f for _, f in parts})
+        n_out, n_v = self.coefficients.shape[0], len(v_keys)
+        if n_out * n_v > self.MAX_COEFFICIENTS:
+            return None
+        v_at = {k: i for i, k in enumerate(v_keys)}
+        f_at = {k: i for i, k in enumerate(f_keys)}
+        flat, f_of, coef = [], [], []
+        for m, (v, f) in enumerate(parts):
+            for r in np.flatnonzero(self.coefficients[:, m]):
+                flat.append(int(r) * n_v + v_at[v])
+                f_of.append(f_at[f])
+                coef.append(float(self.coefficients[r, m]))
+        if not fixed_groups:
+            return None
+        a0 = arrays[fixed_groups[0]]
+        dev, dt, E = a0.device, a0.dtype, a0.shape[0]
+        ones = a0.new_ones((E, 1))
+
+        def products(z, keys, n_cols):
+            """Per key (a tuple of columns of ``z``; ``n_cols``: the ones column), the
+            product of its columns."""
+            degree = max((len(k) for k in keys), default=0)
+            if degree == 0:
+                return z[:, n_cols:].expand(E, len(keys))
+            slots = [torch.as_tensor([k[d] if d < len(k) else n_cols for k in keys],
+                                     device=dev) for d in range(degree)]
+            out = z[:, slots[0]]
+            for sl in slots[1:]:
+                out = out * z[:, sl]
+            return out
+
+        zf = torch.cat([arrays[g] for g in fixed_groups] + [ones], 1)
+        phi = products(zf, f_keys, len(fixed_cols))
+        values = phi[:, torch.as_tensor(f_of, device=dev)] * torch.as_tensor(coef, dtype=dt,
+                                                                              device=dev)
+        table = a0.new_zeros((E, n_out * n_v)).index_add(
+            1, torch.as_tensor(flat, device=dev), values).view(E, n_out, n_v)
+        identity = v_keys == [(i,) for i in range(len(vary_cols))]
+        order = sorted(varying)
+
+        def bound(t, *args):
+            zv = torch.cat([args[g] for g in order] + ([] if identity else [ones]), 1)
+            mv = zv if identity else products(zv, v_keys, len(vary_cols))
+            return (table * mv[:, None, :]).sum(-1)
+
+        return bound
+
+    def __call__(self, t, *arrays):
+        if self.selection is not None:
+            g, cols = self.selection
+            a = arrays[g]
+            return a if cols is None else a[:, cols]
+        a0 = arrays[0]
+        key = (a0.dtype, a0.device)
+        found = self._tensors.get(key)
+        if found is None:
+            found = (tuple(torch.as_tensor(f, device=a0.device) for f in self.factors),
+                     torch.as_tensor(self.coefficients.T, dtype=a0.dtype, device=a0.device))
+            self._tensors[key] = found
+        factors, coefficients = found
+        z = torch.cat([*arrays, a0.new_ones((a0.shape[0], 1))], 1)
+        m = z[:, factors[0]] if factors else z[:, -1:]
+        for f in factors[1:]:
+            m = m * z[:, f]
+        # a product and a sum, not a matrix product: BLAS rounds a row differently
+        # depending on how many rows there are, this does not
+        return (m[:, :, None] * coefficients).sum(1)
+
+
+def _call_closure(t, x, field):
+    """A solver field whose argument is the right-hand side itself (a closure built once
+    per solve, :meth:`TorchExecutor._batched_rhs`)."""
+    return field(t, x)
+
+
+def _restrict_closure(field, rows):
+    """:meth:`TorchExecutor._batched_rhs`'s closure for some of its rows."""
+    return field.restrict(rows)
+
+
+def _pick(values, index):
+    """``values[i, index[i, c]]`` per row ``i``; a vector ``values`` (the same for every
+    row): ``values[index]``."""
+    return values[index] if values.dim() == 1 else values.gather(1, index)
 
 
 def _scatter_rows(base, targets, values):
