@@ -92,3 +92,54 @@ def test_scaled_lotka_volterra_batched_equals_unbatched(tmp_path, sensitivity, n
     w = problem.simulator().plan.w0.copy()
     w[:3] = [1.25, 0.85, 1.75]   # away from the nominal values, near the data
     _agree(batched.evaluate(w), unbatched.evaluate(w))
+
+
+def test_symbol_inputs_read_as_the_compiled_formulas():
+    """Network inputs that are plain symbols are read with one slice or gather
+    (``_symbol_picker``), with the values the compiled input formulas give, also under
+    ``vmap``; anything else (an expression, symbols of two groups) keeps the formulas."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import sympy
+
+    from petab_sciml.backends.jax.simulation import _symbol_picker
+    from petab_sciml.expressions import compile_expressions
+
+    groups = [("x1", "x2", "x3", "x4"), ("k1", "k2"), ("net1_out",)]
+    rng = np.random.default_rng(0)
+    arrays = [jnp.asarray(rng.normal(size=(7, len(g)))) for g in groups]
+    for names in (["x1", "x2", "x3", "x4"], ["x2", "x3"], ["x3", "x1", "x3"], ["k2"],
+                  ["net1_out"]):
+        exprs = [sympy.Symbol(n) for n in names]
+        picker = _symbol_picker(exprs, groups)
+        assert picker is not None, names
+        formulas = compile_expressions(exprs, groups, backend="jax", broadcast=False)
+        expected = np.asarray(jax.vmap(functools.partial(formulas, 0.0))(*arrays))
+        got = np.asarray(jax.vmap(functools.partial(picker, 0.0))(*arrays))
+        np.testing.assert_array_equal(got, expected, err_msg=str(names))
+        np.testing.assert_array_equal(np.asarray(picker(0.0, *(a[0] for a in arrays))),
+                                      expected[0])
+    x1, k1 = sympy.Symbol("x1"), sympy.Symbol("k1")
+    assert _symbol_picker([x1, k1], groups) is None        # two groups
+    assert _symbol_picker([x1, 2 * x1], groups) is None    # an expression
+    assert _symbol_picker([sympy.Symbol("time")], groups) is None
+    assert _symbol_picker([], groups) is None
+
+
+def test_batched_reverse_mode_compiler_options():
+    """Reverse and adjoint modes of 1k-300k-parameter problems solved in batches use
+    YNNPACK's products only; one experiment at a time, forward sensitivities, larger
+    networks and small problems keep their options."""
+    from petab_sciml.backends.jax import simulation as js
+
+    large = js.supported_compiler_options(js.LARGE_COMPILER_OPTIONS)
+    batched = js.supported_compiler_options(js.BATCHED_COMPILER_OPTIONS) or large
+    for mode in ("reverse", "adjoint"):
+        assert js.compiler_options(9_990, mode, 10) == batched
+        assert js.compiler_options(9_990, mode, 1) == large
+        assert js.compiler_options(4_200_000, mode, 10) == large
+    assert js.compiler_options(9_990, "forward", 10) == js.supported_compiler_options(
+        {**js.COMPILER_OPTIONS, **js.LARGE_COMPILER_OPTIONS})
+    assert js.compiler_options(54, "reverse", 100) == js.supported_compiler_options()
