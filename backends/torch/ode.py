@@ -139,9 +139,11 @@ def rk_step_looped(field: Field, coeffs: tuple[torch.Tensor, ...], t, y, f0, h, 
 
 
 def _weighted(weights: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
-    """``weights @ ks`` as a broadcast product and sum, which inductor fuses with the
-    code around it (a matmul is a separate library call, and an allocation, per stage)."""
-    return (weights[:, None] * ks).sum(0)
+    """``sum_i weights[i] * ks[i]`` (stages on the first axis of ``ks``) as a broadcast
+    product and sum: inductor fuses it with the code around it (a matmul is a separate
+    library call, and an allocation, per stage), and unlike a BLAS product its rounding
+    of a row does not depend on how many rows a batch has."""
+    return (weights.reshape((-1,) + (1,) * (ks.dim() - 1)) * ks).sum(0)
 
 
 def initial_step(field: Field, tab: Tableau, t0, y0, f0, rtol: float, atol: float, args):
@@ -380,21 +382,19 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                 yi = y + _combine(hc, ks, ai)
                 ks.append(field(t + ci * h, yi, args))
             return yi, ks[-1], _combine(hc, ks, tab.e)
-        # the stages so far stacked on a last axis and combined by one weighted sum per
-        # stage: a handful of operations (and autograd nodes) per stage instead of two
-        # per nonzero coefficient, which is most of a step's cost when the batch is
-        # small.  A product and a sum over the last axis, not a matrix product: BLAS
-        # rounds a row differently depending on how many rows there are, this does not
-        # (a row takes the same steps alone as in any batch)
+        # the stages so far stacked (first axis) and combined by one weighted sum per
+        # stage (_weighted): a handful of operations (and autograd nodes) per stage
+        # instead of two per nonzero coefficient, which is most of a step's cost when the
+        # batch is small; a row takes the same steps alone as in any batch
         a_rows, c, e_row = coeffs
         with torch.no_grad():
             times = t[:, None] + hc * c
         ks = [f0]
         yi = y
         for i, ai in enumerate(a_rows):
-            yi = torch.addcmul(y, hc, (torch.stack(ks, -1) * ai).sum(-1))
+            yi = torch.addcmul(y, hc, _weighted(ai, torch.stack(ks)))
             ks.append(field(times[:, i], yi, args))
-        return yi, ks[-1], hc * (torch.stack(ks, -1) * e_row).sum(-1)
+        return yi, ks[-1], hc * _weighted(e_row, torch.stack(ks))
 
     def stage_coefficients(like):
         """``stacked_stages``: the rows of ``a``, ``c`` and the error weights as
