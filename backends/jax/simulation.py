@@ -3,7 +3,7 @@
 * The ODE is solved with diffrax (explicit adaptive ``Dopri8`` with a PID step-size
   controller by default, ``tsit5``/``dopri5`` selectable; ``solver="kvaerno5"``
   (implicit) for stiff models), saving at the measurement times
-  (``SaveAt(ts=...)``), no interpolation afterwards.
+  (``SaveAt(ts=...)``: outputs inside a step from diffrax's dense output).
 * Experiments with the same number of periods are solved together with ``jax.vmap``
   (measurement times padded to a common length; padded points are never read);
   ``batch_experiments=False`` solves them one after another (``lax.map``).

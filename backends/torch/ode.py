@@ -22,7 +22,9 @@ With :data:`INDUCTOR_OPTIONS` and scalar kernels for small systems, suite cases
 (``benchmarks/bench_torch_stages.py``).
 
 Outputs are taken where steps end: a step is shortened to land exactly on the next output
-time, so nothing is interpolated.  A solve fails (``ok`` false, outputs NaN) on more than
+time, so nothing is interpolated; batched solves may instead interpolate with the
+method's dense output (``make_batched_solve(dense_output=True)``, ``dopri8``), as the
+JAX backend's diffrax solves do.  A solve fails (``ok`` false, outputs NaN) on more than
 ``max_steps`` steps, a collapsed step size or a non-finite state; it never raises.
 """
 
@@ -53,6 +55,46 @@ class Tableau:
     b: tuple[float, ...]
     e: tuple[float, ...]
     order: int
+    dense: tuple[tuple[float, ...], ...] | None = None
+    """Dense output (``None``: none): per stage, the coefficients (highest power first)
+    of a polynomial ``P_i``; ``y(t + theta h) = y + h theta sum_i P_i(theta) k_i``."""
+
+
+DENSE_OUTPUT = {
+    # Bogacki & Shampine's interpolant for Prince & Dormand's 8(7) pair (the same
+    # tableau as torchdiffeq's and diffrax's dopri8), as diffrax's Dopri8 uses it (the
+    # JAX backend's outputs): P_i for the 14 stages (the 14th the end point's
+    # derivative, first same as last), each a degree-5 polynomial in theta.  Its local
+    # error is O(h^6) (a 5th-order interpolant, measured: tests/
+    # test_batched_experiments_torch.py), so outputs inside steps carry more error than
+    # the steps' ends (a damped rotation at rtol = atol = 1e-8: 2.6e-7 inside, 3.6e-9
+    # at the end, diffrax the same; torchdiffeq's dopri8 interpolates with a 4th-order
+    # polynomial)
+    "dopri8": (
+        (-6.3448349392860401388, 22.1396504998094068976, -30.0610568289666450593,
+         19.9990069333683970610, -6.6910181737837595697, 1.0),
+        (0.0,) * 6, (0.0,) * 6, (0.0,) * 6, (0.0,) * 6,
+        (-39.6107919852202505218, 116.4422149550342161651, -121.4999627731334642623,
+         52.2273532792945524050, -7.6142658045872677172, 0.0),
+        (20.3761213808791436958, -67.1451318825957197185, 83.1721004639847717481,
+         -46.8919164181093621583, 10.7281392630428866124, 0.0),
+        (7.3347098826795362023, -16.5672243527496524646, 9.5724507555993664382,
+         -0.1890893225010595467, 0.5526637063753648783, 0.0),
+        (32.8801774352459155182, -89.9916014847245016028, 87.8406057677205645007,
+         -35.7075975946222072821, 4.2186562625665153803, 0.0),
+        (-10.1588990526426760954, 22.6237489648532849093, -17.4152107770762969005,
+         6.2736448083240352160, -0.6627209125361597559, 0.0),
+        (-12.5401268098782561200, 32.2362340167355370113, -28.5903289514790976966,
+         10.3160881272450748458, -1.2636789001135462218, 0.0),
+        (29.5553001484516038033, -82.1020315488359848644, 81.6630950584341412934,
+         -34.7650769866611817349, 5.4106037898590422230, 0.0),
+        (-41.7923486424390588923, 116.2662185791119533462, -114.9375291377009418170,
+         47.7457971078225540396, -7.0321379067945741781, 0.0),
+        (20.3006925822100825485, -53.9020777466385396792, 50.2558364226176017553,
+         -19.0082099341608028453, 2.3537586759714983486, 0.0),
+    ),
+}
+"""Dense-output polynomials (:attr:`Tableau.dense`) of the methods that have one."""
 
 
 def tableau(name: str) -> Tableau:
@@ -66,7 +108,8 @@ def tableau(name: str) -> Tableau:
                          f"{', '.join(table)}")
     t, order = table[name]
     tab = Tableau(name, tuple(t.alpha.tolist()), tuple(tuple(b.tolist()) for b in t.beta),
-                  tuple(t.c_sol.tolist()), tuple(t.c_error.tolist()), order)
+                  tuple(t.c_sol.tolist()), tuple(t.c_error.tolist()), order,
+                  DENSE_OUTPUT.get(name))
     if list(tab.a[-1]) != list(tab.b[: len(tab.a[-1])]) or tab.c[-1] != 1.0:
         raise ValueError(f"{name}: the last stage is not the solution (not FSAL)")
     return tab
@@ -144,6 +187,20 @@ def _weighted(weights: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
     library call, and an allocation, per stage), and unlike a BLAS product its rounding
     of a row does not depend on how many rows a batch has."""
     return (weights.reshape((-1,) + (1,) * (ks.dim() - 1)) * ks).sum(0)
+
+
+def dense_output_at(dense: torch.Tensor, y: torch.Tensor, stages: torch.Tensor,
+                 theta: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``y(t + theta h)`` inside steps from ``t`` of length ``h``: rows ``y`` ``(m, n)``
+    (the steps' starts), their stages ``(S, m, n)``, ``theta`` and ``h`` ``(m,)``;
+    ``dense`` the method's :attr:`Tableau.dense` as an ``(S, degree + 1)`` tensor.
+    Each row's sum runs over its stages alone, in the same order in any batch."""
+    with torch.no_grad():
+        p = dense[:, 0:1].expand(-1, theta.shape[0])
+        for i in range(1, dense.shape[1]):
+            p = p * theta + dense[:, i: i + 1]
+        weights = p * theta   # (S, m)
+    return y + h[:, None] * (weights[:, :, None] * stages).sum(0)
 
 
 def initial_step(field: Field, tab: Tableau, t0, y0, f0, rtol: float, atol: float, args):
@@ -336,8 +393,8 @@ batch) have finished, steps evaluate only the rows still moving."""
 
 def make_batched_solve(field: Field, options: SolveOptions, *,
                        stacked_stages: bool = False,
-                       restrict: Callable[[Any, torch.Tensor], Any] | None = None
-                       ) -> Callable[..., Any]:
+                       restrict: Callable[[Any, torch.Tensor], Any] | None = None,
+                       dense_output: bool = False) -> Callable[..., Any]:
     """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)`` for a batch of ``E``
     independent problems solved together: ``y0`` is ``(E, n)``, ``t0`` and ``t1`` are
     ``(E,)``, ``ts`` is ``(E, N)`` (each row sorted, in ``[t0, t1]``; pad a shorter grid
@@ -369,8 +426,19 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     ``restrict(args, rows)``: ``args`` for the given rows only (a tensor of row
     indices).  With it, once :data:`COMPACT_ROWS` rows or more (and at least an eighth
     of the batch) have finished or failed, a step evaluates the rows still moving only
-    instead of giving the others zero-length steps; the results are the same."""
+    instead of giving the others zero-length steps; the results are the same.
+
+    ``dense_output``: steps are not shortened to land on the output times; outputs
+    inside a step come from the method's dense output (:attr:`Tableau.dense`; ``dopri8``:
+    the interpolant diffrax's ``Dopri8`` and so the JAX backend use), from the step's
+    stages, at a few operations per output.  Fewer steps (the step size follows the
+    error alone), outputs accurate to the interpolant's order rather than the
+    method's.  Each row's steps stay its own: results do not depend on the batch."""
     tab = tableau(options.method)
+    if dense_output and tab.dense is None:
+        raise ValueError(f"{tab.name} has no dense output here; methods with one: "
+                         f"{', '.join(DENSE_OUTPUT)}")
+    dense = None
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
     inv_order = 1.0 / tab.order
 
@@ -381,7 +449,8 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
             for ci, ai in zip(tab.c, tab.a):
                 yi = y + _combine(hc, ks, ai)
                 ks.append(field(t + ci * h, yi, args))
-            return yi, ks[-1], _combine(hc, ks, tab.e)
+            stages = torch.stack(ks) if dense_output else None
+            return yi, ks[-1], _combine(hc, ks, tab.e), stages
         # the stages so far stacked (first axis) and combined by one weighted sum per
         # stage (_weighted): a handful of operations (and autograd nodes) per stage
         # instead of two per nonzero coefficient, which is most of a step's cost when the
@@ -394,7 +463,17 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
         for i, ai in enumerate(a_rows):
             yi = torch.addcmul(y, hc, _weighted(ai, torch.stack(ks)))
             ks.append(field(times[:, i], yi, args))
-        return yi, ks[-1], hc * _weighted(e_row, torch.stack(ks))
+        stages = torch.stack(ks)
+        return yi, ks[-1], hc * _weighted(e_row, stages), stages
+
+    def interpolate(y, stages, t, h, ts, pairs):
+        """Dense output at ``ts[r, j]`` for the (row, slot) ``pairs`` of the step from
+        ``t`` (rows of ``y``, ``stages`` ``(S, E, n)``) of length ``h``: ``(len(pairs),
+        n)``."""
+        r, j = pairs[:, 0], pairs[:, 1]
+        with torch.no_grad():
+            theta = (ts[r, j] - t[r]) / h[r]
+        return dense_output_at(dense, y[r], stages[:, r], theta, h[r])
 
     def stage_coefficients(like):
         """``stacked_stages``: the rows of ``a``, ``c`` and the error weights as
@@ -403,8 +482,12 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
         return [as_t(ai) for ai in tab.a], as_t(tab.c), as_t(tab.e[: len(tab.a) + 1])
 
     def solve(y0, t0, t1, ts, args):
+        nonlocal dense
         E, n_out = ts.shape
         coeffs = stage_coefficients(y0) if stacked_stages else None
+        if dense_output and (dense is None or dense.dtype != y0.dtype
+                             or dense.device != y0.device):
+            dense = torch.tensor(tab.dense, dtype=y0.dtype, device=y0.device)
         f0 = field(t0, y0, args)
         with torch.no_grad():
             h = initial_step_batched(field, tab, t0, y0.detach(), f0.detach(), rtol, atol,
@@ -413,17 +496,24 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
         ys = torch.full((E, n_out, y0.shape[1]), float("nan"), dtype=y0.dtype,
                         device=y0.device)
         k = torch.zeros(E, dtype=torch.int64, device=y0.device)
+        if dense_output:   # outputs at the start are the start
+            at_start = ts <= t0[:, None]
+            ys = torch.where(at_start[:, :, None], y0[:, None, :], ys)
+            k = at_start.sum(1)
         n = torch.zeros_like(k)
         t, y, f = t0.clone(), y0, f0
         slots = torch.arange(n_out, device=y0.device)
         rows = torch.arange(E, device=y0.device)
         sub = None
         while True:
-            active = ((t < t1) | (k < n_out)) & (n < max_steps) & good
+            # dense output: every output is filled by the time t reaches t1 (outputs
+            # past t1 are never filled: the solve fails, it does not loop)
+            active = (((t < t1) if dense_output else ((t < t1) | (k < n_out)))
+                      & (n < max_steps) & good)
             n_active = int(active.sum())
             if not n_active:
                 break
-            has_out = k < n_out
+            has_out = (k < n_out) if not dense_output else torch.zeros_like(active)
             kc = torch.clamp(k, max=n_out - 1)
             target = torch.where(has_out, ts[rows, kc], t1)
             gap = torch.where(active, target - t, torch.zeros_like(t))
@@ -435,13 +525,14 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                 moving = active.nonzero()[:, 0]
                 if sub is None or not torch.equal(sub[0], moving):
                     sub = (moving, restrict(args, moving))
-                y1s, f1s, errs = step(t[moving], y[moving], f[moving], h_try[moving],
-                                      sub[1], coeffs)
+                y1s, f1s, errs, stages = step(t[moving], y[moving], f[moving],
+                                              h_try[moving], sub[1], coeffs)
                 y1 = y.index_put((moving,), y1s)
                 f1 = f.index_put((moving,), f1s)
                 err = y.detach().new_zeros(y.shape).index_put((moving,), errs.detach())
             else:
-                y1, f1, err = step(t, y, f, h_try, args, coeffs)
+                moving = None
+                y1, f1, err, stages = step(t, y, f, h_try, args, coeffs)
             with torch.no_grad():
                 yd, y1d = y.detach(), y1.detach()
                 ratio = _rms_rows(err.detach() / (atol + rtol * torch.maximum(yd.abs(),
@@ -464,12 +555,30 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                 good = good & (h_ok | (h_try == 0) | ~active)
                 h = torch.where(active & h_ok, h_new, h)
                 n = n + (active & (h_try > 0)).to(n.dtype)
-                k = k + hit.to(k.dtype)
-                at = hit[:, None] & (slots[None, :] == kc[:, None])
+                if dense_output:   # the outputs this step passed
+                    inside = (accept[:, None] & (slots[None, :] >= k[:, None])
+                              & (ts <= t_new[:, None]))
+                    k = k + inside.sum(1)
+                else:
+                    k = k + hit.to(k.dtype)
+                    at = hit[:, None] & (slots[None, :] == kc[:, None])
+            if dense_output:
+                pairs = inside.nonzero()
+                if pairs.shape[0]:
+                    if moving is None:
+                        values = interpolate(y, stages, t, h_try, ts, pairs)
+                    else:   # the stages are those of the moving rows only
+                        local = torch.full((E,), -1, dtype=torch.int64, device=y0.device)
+                        local[moving] = torch.arange(moving.shape[0], device=y0.device)
+                        at_local = torch.stack([local[pairs[:, 0]], pairs[:, 1]], 1)
+                        values = interpolate(y[moving], stages, t[moving], h_try[moving],
+                                             ts[moving], at_local)
+                    ys = ys.index_put((pairs[:, 0], pairs[:, 1]), values)
             keep = accept[:, None]
             y = torch.where(keep, y1, y)
             f = torch.where(keep, f1, f)
-            ys = torch.where(at[:, :, None], y1[:, None, :], ys)
+            if not dense_output:
+                ys = torch.where(at[:, :, None], y1[:, None, :], ys)
             t = t_new
         ok = good & (t >= t1) & (k >= n_out)
         return ys, y, ok, n

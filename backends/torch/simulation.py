@@ -13,8 +13,9 @@ Gradients (``sensitivity``):
   of the networks inside the right-hand side.
 * ``"autograd"``: back-propagation through the solver steps: experiments in batches
   (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`, even a single one; the
-  right-hand side a closure of a few operations, :meth:`TorchExecutor._batched_rhs`),
-  torchdiffeq's solver where they are not batched;
+  right-hand side a closure of a few operations, :meth:`TorchExecutor._batched_rhs`;
+  ``dopri8`` outputs from its dense output, as the JAX backend's), torchdiffeq's
+  solver where they are not batched;
 * ``"adjoint"``: ``torchdiffeq.odeint_adjoint`` (continuous adjoint, O(1) memory in the
   steps).
 
@@ -629,7 +630,12 @@ class TorchExecutor:
         return self._hybrid_fns
 
     def _solver(self, kind: str, dtype: torch.dtype):
-        from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve, solver
+        from petab_sciml.backends.torch.ode import (
+            DENSE_OUTPUT,
+            SolveOptions,
+            make_batched_solve,
+            solver,
+        )
 
         key = (kind, dtype)
         found = self._solvers.get(key)
@@ -644,8 +650,11 @@ class TorchExecutor:
             solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
             if kind.endswith("_batched"):
                 plain = kind == "plain_batched"
+                # back-propagation through the steps: outputs from the dense output
+                # (as the JAX backend's), so output times do not shorten steps
                 found = make_batched_solve(fields[kind], solve_options, stacked_stages=plain,
-                                           restrict=_restrict_closure if plain else None)
+                                           restrict=_restrict_closure if plain else None,
+                                           dense_output=plain and o.method in DENSE_OUTPUT)
             else:
                 found = solver(fields[kind], solve_options, compile=o.compile,
                                unroll_stages=o.unroll_stages)
