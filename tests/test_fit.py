@@ -166,7 +166,11 @@ def test_ctrl_c_checkpoints_and_exits_cleanly_then_resume_finishes(tmp_path, jax
     out = tmp_path / "cli"
     cmd = [str(BIN / "petab-sciml"), "fit", str(EXAMPLE), "--out", str(out), "--starts", "2",
            "--in-process", "--steps", "100000", "--checkpoint-every", "1", "--no-plots"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as at a terminal, however this suite was started: a suite run in the
+    # background (`make test &`, nohup) hands its children SIGINT ignored, and a Python
+    # started with SIGINT ignored keeps ignoring it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = out / "checkpoints" / "start_0000.npz"
     deadline = time.monotonic() + 300
     while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
