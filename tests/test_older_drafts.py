@@ -1,6 +1,7 @@
 """Older drafts of the format: recognised in one line first, rewritten by ``upgrade``.
 
-The four problems in ``tests/problems/older_drafts`` are built like the official
+The four older-draft problems (``tests/problems/models.py``, written on first use by
+``tests/problems/make_problems.py``) are built like the official
 documentation examples (getting_started, how_to_dmms, how_to_neural_ode,
 how_to_observable) in their older draft; each is upgraded, validated, loaded and its
 objective compared in both backends with an independent numpy/scipy reference
@@ -25,7 +26,7 @@ from petab_sciml.problem.upgrade import UpgradeError, upgrade_problem
 from tests.conftest import REPO
 from tests.problems import models
 
-EXAMPLES = {f().name: f for f in models.OLDER_DRAFT_EXAMPLES}
+EXAMPLES = {f.__name__: f for f in models.OLDER_DRAFT_EXAMPLES}   # named as built
 NAMES = sorted(EXAMPLES)
 
 

@@ -69,8 +69,7 @@ def test_invalid_sbml_of_the_official_neural_ode_example(neural_ode):
     """The official how_to_neural_ode model had a compartment without id, species
     without compartment and species references without ``constant``: libsbml rejects it
     when loading reads it, so validation does too, with libsbml's words."""
-    invalid = models.OLDER_DRAFTS / "neural_ode_invalid_sbml.xml"
-    (neural_ode.parent / "lv.xml").write_text(invalid.read_text())
+    (neural_ode.parent / "lv.xml").write_text(models.neural_ode_invalid_sbml())
     report = validate_problem(neural_ode, libpetab=False)
     (issue,) = report.issues.errors
     assert (issue.code, issue.file) == ("MODEL_INVALID", "lv.xml")

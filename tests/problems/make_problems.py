@@ -1,6 +1,8 @@
 """Write the problems of :mod:`tests.problems.models` (deterministic; needs libsbml and
 scipy).  Run ``python tests/problems/make_problems.py`` from the repository root to
-rewrite ``tests/problems/older_drafts/`` and ``tests/problems/benchmark_like/``.
+rewrite ``tests/problems/benchmark_like/``; the four older drafts are written on first
+use into a temporary folder (:func:`tests.problems.models.older_drafts`, which calls
+:func:`write_older_drafts`).
 
 Measurements are the reference model's simulations plus seeded Gaussian noise; values
 are written with ``repr`` so they read back exactly.
@@ -354,11 +356,15 @@ def write_dandekar_sir() -> None:
                      0.05, BENCHMARK_MEASUREMENT_HEADER))
 
 
-def main() -> None:
+def write_older_drafts() -> None:
+    """The four older-draft problems, into :func:`tests.problems.models.older_drafts`."""
     write_getting_started()
     write_how_to_dmms()
     write_how_to_neural_ode()
     write_how_to_observable()
+
+
+def main() -> None:
     write_ko_pendulum()
     write_dandekar_sir()
 

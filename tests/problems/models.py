@@ -17,7 +17,10 @@ Our own small networks, weights and data (seeded).  The references here use nump
 scipy only: the networks are evaluated from the weights below (never read back through
 petab_sciml), the ODEs are solved with ``scipy.integrate.solve_ivp`` at tight tolerances,
 and the measurements are read from the measurement table with the ``csv`` module.
-``make_problems.py`` writes the files.
+``make_problems.py`` writes the files: the two benchmark-like problems into
+``tests/problems/benchmark_like/`` (committed), the four older drafts on first use into
+a temporary folder of the process (:func:`older_drafts`; generated, not committed:
+several of their small tables are byte for byte tables of the official suite).
 """
 
 from __future__ import annotations
@@ -31,8 +34,28 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-OLDER_DRAFTS = HERE / "older_drafts"
 BENCHMARK_LIKE = HERE / "benchmark_like"
+
+_older_drafts: Path | None = None
+
+
+def older_drafts() -> Path:
+    """The folder of the four older-draft problems, written (about a second) by
+    ``make_problems.write_older_drafts`` into a temporary folder on the first call in a
+    process and removed when the process ends."""
+    global _older_drafts
+    if _older_drafts is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _older_drafts = Path(tempfile.mkdtemp(prefix="petab_sciml_older_drafts_"))
+        atexit.register(shutil.rmtree, _older_drafts, True)
+        from tests.problems import make_problems
+
+        # the writers build the examples, whose folders are here: set before writing
+        make_problems.write_older_drafts()
+    return _older_drafts
 
 
 # ----------------------------------------------------------------------------- networks
@@ -263,7 +286,7 @@ def getting_started() -> Example:
         o = mlp_forward(net, "tanh", np.asarray(x))
         return [alpha * x[0] - o[0], o[1] - delta * x[1]]
 
-    return Example("getting_started", OLDER_DRAFTS / "getting_started", {"net1": net},
+    return Example("getting_started", older_drafts() / "getting_started", {"net1": net},
                    lambda key: solve(rhs, x0, SHORT_TIMES),
                    lambda obs, x: float(x[0] if obs == "prey_o" else x[1]), 0.05,
                    "simulationConditionId")
@@ -306,7 +329,7 @@ def how_to_dmms() -> Example:
             return [alpha * x[0] - beta * x[0] * x[1], g * x[0] * x[1] - delta * x[1]]
         return solve(rhs, DMMS_X0[cond], LV_TIMES)
 
-    return Example("how_to_dmms", OLDER_DRAFTS / "how_to_dmms", {"net3": net}, simulate,
+    return Example("how_to_dmms", older_drafts() / "how_to_dmms", {"net3": net}, simulate,
                    lambda obs, x: float(x[0] if obs == "prey_o" else x[1]), 0.05,
                    "simulationConditionId")
 
@@ -319,7 +342,7 @@ def how_to_neural_ode() -> Example:
     def rhs(t, x):
         return list(mlp_forward(net, "tanh", np.asarray(x)))
 
-    return Example("how_to_neural_ode", OLDER_DRAFTS / "how_to_neural_ode", {"net1": net},
+    return Example("how_to_neural_ode", older_drafts() / "how_to_neural_ode", {"net1": net},
                    lambda key: solve(rhs, x0, SHORT_TIMES),
                    lambda obs, x: float(x[0] if obs == "prey_o" else x[1]), 0.05,
                    "simulationConditionId")
@@ -339,7 +362,7 @@ def how_to_observable() -> Example:
             return float(mlp_forward(net, "tanh", np.asarray(x))[0])
         return float(x[1])
 
-    return Example("how_to_observable", OLDER_DRAFTS / "how_to_observable", {"net1": net},
+    return Example("how_to_observable", older_drafts() / "how_to_observable", {"net1": net},
                    lambda key: solve(rhs, x0, LV_TIMES), observe, 0.05,
                    "simulationConditionId")
 
