@@ -524,7 +524,10 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                 # y1 = y, f1 = f, err = 0: exactly what they get here)
                 moving = active.nonzero()[:, 0]
                 if sub is None or not torch.equal(sub[0], moving):
-                    sub = (moving, restrict(args, moving))
+                    # the rows' own args, and each row's place among them (dense output)
+                    local = torch.full((E,), -1, dtype=torch.int64, device=y0.device)
+                    local[moving] = torch.arange(moving.shape[0], device=y0.device)
+                    sub = (moving, restrict(args, moving), local)
                 y1s, f1s, errs, stages = step(t[moving], y[moving], f[moving],
                                               h_try[moving], sub[1], coeffs)
                 y1 = y.index_put((moving,), y1s)
@@ -568,9 +571,7 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
                     if moving is None:
                         values = interpolate(y, stages, t, h_try, ts, pairs)
                     else:   # the stages are those of the moving rows only
-                        local = torch.full((E,), -1, dtype=torch.int64, device=y0.device)
-                        local[moving] = torch.arange(moving.shape[0], device=y0.device)
-                        at_local = torch.stack([local[pairs[:, 0]], pairs[:, 1]], 1)
+                        at_local = torch.stack([sub[2][pairs[:, 0]], pairs[:, 1]], 1)
                         values = interpolate(y[moving], stages, t[moving], h_try[moving],
                                              ts[moving], at_local)
                     ys = ys.index_put((pairs[:, 0], pairs[:, 1]), values)
