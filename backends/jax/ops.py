@@ -8,9 +8,10 @@ so nothing here costs anything at run time beyond the XLA ops themselves.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -38,29 +39,102 @@ def batched(fn, x: jax.Array, unbatched_rank: int, *args, **kwargs):
 
 # --------------------------------------------------------------------------- weight products
 TRANSPOSED_PRODUCT_MAX = 1024
-"""Weights of at most this many elements are multiplied as ``x @ weight.T`` (Linear) and
-``einsum`` (Bilinear), what this backend always did, larger ones by ``dot_general``s that
-read the weight where it lies (:func:`linear`, :func:`bilinear`).  At this size
-both are equally fast, and the old form keeps the results of small networks bit for bit:
-an adaptive ODE solve amplifies a last-bit change in a product to about 1e-9 relative
-in the objective (suite case 001: one weight moved by one unit in the last place moves
-the objective by 1.6e-9 and the gradient by 3e-8), so any other summation order would
-change those results at that level."""
+"""Weights of at most this many elements are multiplied as ``x @ weight.T`` (Bilinear:
+``einsum``), what this backend always did, or, Linear weights with at most
+:data:`ORDERED_PRODUCT_MAX_IN` inputs, by :func:`ordered_linear`; larger ones by
+``dot_general``s that read the weight where it lies (:func:`linear`, :func:`bilinear`).
+At this size all forms are equally fast."""
+
+ORDERED_PRODUCT_MAX_IN = 64
+"""Linear weights with at most :data:`TRANSPOSED_PRODUCT_MAX` elements and at most this
+many input features are multiplied by :func:`ordered_linear`."""
+
+
+def ordered_linear(x: jax.Array, weight: jax.Array,
+                   bias: jax.Array | None = None) -> jax.Array:
+    """``torch.nn.functional.linear`` as elementwise operations in one fixed order:
+    ``y = x[..., 0] weight[:, 0] + x[..., 1] weight[:, 1] + ...``, then ``+ bias``.
+
+    Contract: the value for one input row is the same bit for bit whether the row is
+    computed alone, in a batch, or under ``jax.vmap`` (XLA emits a matrix-vector product
+    for one state and a matrix-matrix product for a batch, summing in different orders;
+    elementwise operations it compiles the same way for every batch size).  This is what
+    keeps a batched solve of many experiments equal to each experiment solved alone
+    when a small network in the right-hand side has kinks (ReLU: suite case 038, where a
+    last-bit difference flips the step controller's accept / reject decisions and moves
+    the objective by 5e-9).  One multiply-add per input feature: for small layers only.
+
+    Derivatives: with respect to ``weight`` the ordinary matrix product; with respect to
+    ``x`` the same fixed order while :func:`batch_invariant_jacobians` is active (the
+    right-hand side Jacobians of forward sensitivities: they enter the sensitivities,
+    which steer the step sizes), else the ordinary product too (reverse mode, whose
+    derivatives steer nothing: there the ordered form's transpose, one padded copy per
+    input feature, made the Lotka-Volterra table at 1,000 experiments 1.2x slower).
+    """
+    y = _ordered_product(x, weight)
+    return y if bias is None else y + bias
+
+
+_INVARIANT_JACOBIANS = [0]
+
+
+@contextlib.contextmanager
+def batch_invariant_jacobians() -> Iterator[None]:
+    """While code is *traced* in this block, derivatives of :func:`ordered_linear` with
+    respect to its input keep the batch-invariant order (re-entrant)."""
+    _INVARIANT_JACOBIANS[0] += 1
+    try:
+        yield
+    finally:
+        _INVARIANT_JACOBIANS[0] -= 1
+
+
+@jax.custom_jvp
+def _ordered_product(x: jax.Array, weight: jax.Array) -> jax.Array:
+    y = x[..., 0:1] * weight[:, 0]
+    for i in range(1, weight.shape[1]):
+        y = y + x[..., i:i + 1] * weight[:, i]
+    return y
+
+
+def _ordered_product_jvp(primals, tangents):
+    from jax.custom_derivatives import SymbolicZero
+
+    x, weight = primals
+    dx, dweight = tangents
+    y = _ordered_product(x, weight)
+    parts = []
+    if not isinstance(dx, SymbolicZero):
+        parts.append(_ordered_product(dx, weight) if _INVARIANT_JACOBIANS[0]
+                     else jnp.matmul(dx, weight.T))
+    if not isinstance(dweight, SymbolicZero):
+        parts.append(jnp.matmul(x, dweight.T))
+    if not parts:
+        return y, jnp.zeros_like(y)
+    return y, parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+_ordered_product.defjvp(_ordered_product_jvp, symbolic_zeros=True)
 
 
 def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> jax.Array:
     """``torch.nn.functional.linear``: ``y[..., o] = sum_i x[..., i] weight[o, i] + bias[o]``
     for any number of leading (batch) axes, ``weight`` in PyTorch layout ``(out, in)``.
 
-    One ``dot_general`` contracts ``weight``'s input axis where it lies.  Written as
-    ``x @ weight.T`` instead, XLA's CPU backend copies the transposed weight on every call
-    (and once more in the gradient): 8x slower gradients for one state vector through a
-    512-wide layer, 17x slower forward for a 2048-wide one, the case of a network inside
-    an ODE right-hand side.  Against ``weight @ x`` and ``einsum``, unbatched and for
-    batches of 1-256 at widths 64-2048, it is never slower beyond noise
-    (``benchmarks/bench_width.py --products``).  Weights up to
-    :data:`TRANSPOSED_PRODUCT_MAX` elements keep ``x @ weight.T``.
+    Small weights (:data:`ORDERED_PRODUCT_MAX_IN` inputs, :data:`TRANSPOSED_PRODUCT_MAX`
+    elements) go through :func:`ordered_linear`, whose results do not depend on the
+    batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
+    lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the transposed
+    weight on every call (and once more in the gradient): 8x slower gradients for one
+    state vector through a 512-wide layer, 17x slower forward for a 2048-wide one, the
+    case of a network inside an ODE right-hand side.  Against ``weight @ x`` and
+    ``einsum``, unbatched and for batches of 1-256 at widths 64-2048, it is never slower
+    beyond noise (``benchmarks/bench_width.py --products``).  Weights up to
+    :data:`TRANSPOSED_PRODUCT_MAX` elements with more inputs keep ``x @ weight.T``.
     """
+    if weight.ndim == 2 and weight.shape[1] <= ORDERED_PRODUCT_MAX_IN \
+            and 0 < weight.size <= TRANSPOSED_PRODUCT_MAX:
+        return ordered_linear(x, weight, bias)
     if weight.size <= TRANSPOSED_PRODUCT_MAX:
         y = jnp.matmul(x, weight.T)
     else:

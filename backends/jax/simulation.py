@@ -593,6 +593,9 @@ class JaxExecutor:
         import jax
         import jax.numpy as jnp
 
+        from petab_sciml.backends.jax import ops
+        from petab_sciml.backends.jax.stage_sums import diffeqsolve
+
         fns = self.fns
         opts = self.options
         solver = _diffrax_solver(opts.solver)
@@ -642,9 +645,19 @@ class JaxExecutor:
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
+                args = (theta, outs, arrays, nets)
+                if self.sensitivity == "adjoint":
+                    # BacksolveAdjoint takes no SaveAt(subs=...): the end state is the
+                    # last saved time (t1 finite: steady states are refused with it)
+                    sol = diffeqsolve(
+                        term, solver, t0, t1, None, x0, args,
+                        saveat=diffrax.SaveAt(ts=jnp.concatenate([ts, t1[None]])),
+                        stepsize_controller=controller, max_steps=opts.max_steps,
+                        adjoint=adjoint, throw=False)
+                    return sol.ys[:-1], sol.ys[-1], ok_of(sol)
                 event = steady(lambda t, x, a: [(field(t, x, *a), x)], t1, ts)
-                sol = diffrax.diffeqsolve(
-                    term, solver, t0, t1, None, x0, (theta, outs, arrays, nets),
+                sol = diffeqsolve(
+                    term, solver, t0, t1, None, x0, args,
                     saveat=save(ts), stepsize_controller=controller,
                     max_steps=opts.max_steps, adjoint=adjoint, throw=False, event=event)
                 return sol.ys[0], sol.ys[1][-1], ok_of(sol)
@@ -709,6 +722,12 @@ class JaxExecutor:
         controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
 
         def aug(t, y, a):
+            # the Jacobians below enter S, and S the step-size control: small networks'
+            # products keep one order for every batch (ops.ordered_linear)
+            with ops.batch_invariant_jacobians():
+                return aug_traced(t, y, a)
+
+        def aug_traced(t, y, a):
             x, sens = y
             p, arrays, outs_template = a
 
@@ -749,7 +768,7 @@ class JaxExecutor:
 
         def plain_one(x0, p, arrays, outs_template, t0, t1, ts):
             event = steady(lambda t, x, a: [(field_p(t, x, *a), x)], t1, ts)
-            sol = diffrax.diffeqsolve(
+            sol = diffeqsolve(
                 plain_term, lax_solver, t0, t1, None, x0, (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
                 adjoint=lax_loop, throw=False, event=event)
@@ -764,7 +783,7 @@ class JaxExecutor:
                 return [(fx, y[0])] + list(zip(jax.tree_util.tree_leaves(ds),
                                                jax.tree_util.tree_leaves(y[1])))
 
-            sol = diffrax.diffeqsolve(
+            sol = diffeqsolve(
                 aug_term, lax_solver, t0, t1, None, (x0, s0), (p, arrays, outs_template),
                 saveat=save(ts), stepsize_controller=controller, max_steps=opts.max_steps,
                 adjoint=lax_loop, throw=False, event=steady(rates, t1, ts))
@@ -1142,6 +1161,8 @@ def _solve_lanes(term_one, mask, lane_args, times, *, solver, adjoint, save, ok_
     import jax
     import jax.numpy as jnp
 
+    from petab_sciml.backends.jax.stage_sums import diffeqsolve
+
     axes = tuple(0 if m else None for m in mask[:4])
     x0, p, arrays, outs_template = lane_args
     lanes = x0.shape[0]
@@ -1158,7 +1179,7 @@ def _solve_lanes(term_one, mask, lane_args, times, *, solver, adjoint, save, ok_
 
     controller = diffrax.PIDController(rtol=options.rtol, atol=options.atol, norm=lane_norm)
     t0, t1, ts = times
-    sol = diffrax.diffeqsolve(
+    sol = diffeqsolve(
         diffrax.ODETerm(field), solver, t0, t1, None, x0, (p, arrays, outs_template),
         saveat=save(ts), stepsize_controller=controller, max_steps=options.max_steps,
         adjoint=adjoint, throw=False)
