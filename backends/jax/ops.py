@@ -109,9 +109,18 @@ def _ordered_product_jvp(primals, tangents):
                      else jnp.matmul(dx, weight.T))
     if not isinstance(dweight, SymbolicZero):
         parts.append(jnp.matmul(x, dweight.T))
+    return y, tangent_sum(y, parts)
+
+
+def tangent_sum(primal: jax.Array, parts: list[jax.Array]) -> jax.Array:
+    """The tangent of a custom JVP rule made of ``parts`` (one per operand whose tangent
+    is not a symbolic zero): their sum, or zeros shaped like ``primal`` when none."""
     if not parts:
-        return y, jnp.zeros_like(y)
-    return y, parts[0] if len(parts) == 1 else parts[0] + parts[1]
+        return jnp.zeros_like(primal)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 _ordered_product.defjvp(_ordered_product_jvp, symbolic_zeros=True)

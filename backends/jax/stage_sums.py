@@ -24,10 +24,15 @@ same function (``dopri8``, ``tsit5``).  ``dopri5``'s dense output (diffrax's
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from petab_sciml.backends.jax.ops import tangent_sum
 
 _MODULES = ("diffrax._solver.runge_kutta", "diffrax._solver.dopri8", "diffrax._solver.tsit5")
 _LOCK = threading.RLock()
@@ -37,48 +42,40 @@ def ordered_tree_dot(a: Any, b: Any) -> Any:
     """``diffrax``'s ``vector_tree_dot(a, b)``: ``sum_j a[j] * leaf[j]`` for every leaf
     of ``b`` (``a`` of shape ``(n,)``, each leaf ``(n, ...)``), summed for ``j = 0, 1,
     ...`` in that order with elementwise operations only."""
-    import jax
-
-    return jax.tree_util.tree_map(lambda leaf: _ordered_dot()(a, leaf), b)
+    return jax.tree_util.tree_map(lambda leaf: _ordered_dot(a, leaf), b)
 
 
-@functools.cache
-def _ordered_dot():
-    """The sum of one leaf, as a ``jax.custom_jvp``: the values summed in a fixed order,
-    the tangents (the derivatives, never fed back into step-size decisions) as one
-    broadcast product and sum over the stage axis.  The chain of slices alone would
-    transpose, in reverse mode, into one padded copy of the whole stage buffer per stage
-    and sum (the Lotka-Volterra table at 1,000 experiments: 1.6x slower)."""
-    import jax
-    import jax.numpy as jnp
-    from jax.custom_derivatives import SymbolicZero
+@jax.custom_jvp
+def _ordered_dot(a: jax.Array, leaf: jax.Array) -> jax.Array:
+    """The sum of one leaf: values summed in a fixed order; tangents (derivatives, never
+    fed back into step-size decisions) as one broadcast product and sum over the stage
+    axis.  The chain of slices alone would transpose, in reverse mode, into one padded
+    copy of the whole stage buffer per stage (the Lotka-Volterra table at 1,000
+    experiments: 1.6x slower)."""
+    total = a[0] * leaf[0]
+    for j in range(1, leaf.shape[0]):
+        total = total + a[j] * leaf[j]
+    return total
 
-    @jax.custom_jvp
-    def dot(a, leaf):
-        total = a[0] * leaf[0]
-        for j in range(1, leaf.shape[0]):
-            total = total + a[j] * leaf[j]
-        return total
 
-    def tangent(weights, values):
-        return jnp.sum(jnp.reshape(weights, weights.shape + (1,) * (values.ndim - 1))
-                       * values, axis=0)
+def _weighted_sum(weights: jax.Array, values: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.reshape(weights, weights.shape + (1,) * (values.ndim - 1)) * values,
+                   axis=0)
 
-    def dot_jvp(primals, tangents):
-        a, leaf = primals
-        da, dleaf = tangents
-        out = dot(a, leaf)
-        parts = []
-        if not isinstance(dleaf, SymbolicZero):
-            parts.append(tangent(a, dleaf))
-        if not isinstance(da, SymbolicZero):
-            parts.append(tangent(da, leaf))
-        if not parts:
-            return out, jnp.zeros_like(out)
-        return out, parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
-    dot.defjvp(dot_jvp, symbolic_zeros=True)
-    return dot
+def _ordered_dot_jvp(primals, tangents):
+    a, leaf = primals
+    da, dleaf = tangents
+    out = _ordered_dot(a, leaf)
+    parts = []
+    if not isinstance(dleaf, SymbolicZero):
+        parts.append(_weighted_sum(a, dleaf))
+    if not isinstance(da, SymbolicZero):
+        parts.append(_weighted_sum(da, leaf))
+    return out, tangent_sum(out, parts)
+
+
+_ordered_dot.defjvp(_ordered_dot_jvp, symbolic_zeros=True)
 
 
 def _modules() -> list[Any]:
