@@ -1,6 +1,7 @@
 """Why suite case 038 differs between batched and unbatched experiments (issue 17).
 
     python benchmarks/batched_vs_unbatched_038.py [--rtols 1e-8 1e-10 1e-12]
+    python benchmarks/batched_vs_unbatched_038.py --backend torch
 
 Case 038 has a ReLU network inside the right-hand side and two experiments.  The
 batched path (one ``vmap`` over both experiments) and the unbatched one
@@ -21,6 +22,11 @@ computed in one fixed order of elementwise operations.  This script prints:
 2. at each tolerance, both paths' accepted / rejected step counts per experiment and the
    largest difference of value, simulations and gradient (relative to
    max(1, |unbatched|)).
+
+``--backend torch``: the same differences for PyTorch, forward sensitivities and
+``autograd``, with ``torch.nn.Linear``'s BLAS products (``ordered_products=False``) and
+with the batch-invariant ones a kinked right-hand side gets by default
+(``backends/torch/ordered.py``), plus steps and seconds of each evaluation.
 """
 
 from __future__ import annotations
@@ -127,10 +133,47 @@ def agreement(rtol: float) -> None:
           f"{rel(b.grad_flat, u.grad_flat):.1e}", flush=True)
 
 
+def torch_agreement() -> None:
+    """PyTorch at the default tolerances: batched against unbatched with the networks'
+    own ``torch.nn.Linear`` products (``ordered_products=False``) and with the ordered
+    ones that a kinked right-hand side gets by default; steps summed over both
+    experiments and seconds per evaluation (first call included)."""
+    import time
+
+    from petab_sciml.testcases import evaluate_problem_case, load_problem_case
+
+    case = load_problem_case(case_path())
+
+    def rel(a, b):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b))))
+
+    for sensitivity in ("forward", "autograd"):
+        for ordered in (False, None):
+            runs = {}
+            for batched in (True, False):
+                start = time.perf_counter()
+                sim, ev = evaluate_problem_case(case, "torch", sensitivity=sensitivity,
+                                                batch_experiments=batched,
+                                                ordered_products=ordered)
+                runs[batched] = (ev, sim.executor.n_steps, time.perf_counter() - start,
+                                 sim.executor.ordered_products)
+            (b, nb, tb, on), (u, nu, tu, _) = runs[True], runs[False]
+            print(f"torch, {sensitivity}, {'ordered' if on else 'torch.nn.Linear'} "
+                  f"products: batched - unbatched value {rel(b.value, u.value):.1e}, "
+                  f"simulations {rel(b.simulations, u.simulations):.1e}, gradient "
+                  f"{rel(b.grad_flat, u.grad_flat):.1e}; steps {nb} / {nu}; "
+                  f"{tb:.1f} s / {tu:.1f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rtols", type=float, nargs="+", default=[1e-8, 1e-10, 1e-12])
+    parser.add_argument("--backend", choices=["jax", "torch"], default="jax")
     args = parser.parse_args()
+    if args.backend == "torch":
+        torch_agreement()
+        return
     network_bits()
     print("steps per experiment as the solves run (the order of the two experiments may "
           "differ between the paths)")

@@ -990,8 +990,52 @@ def parameter_count(shapes: Mapping[str, tuple[int, ...]]) -> int:
     return sum(math.prod(s) for s in shapes.values())
 
 
+# ------------------------------------------------------------------ smoothness
+SMOOTH_LAYERS = frozenset({
+    "Linear", "Bilinear", "Flatten", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+    "ConvTranspose2d", "ConvTranspose3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "BatchNorm1d",
+    "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+    "LayerNorm", "LocalResponseNorm", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+    "AlphaDropout", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "LogSigmoid", "Softplus",
+    "Tanhshrink", "Softmax", "LogSoftmax", "RNN", "GRU", "LSTM",
+})
+"""Layer types whose output is a smooth (at least twice continuously differentiable)
+function of their inputs and arrays: no kinks for an ODE solver's step control to trip
+on.  ``RNN`` only with ``nonlinearity="tanh"`` (:func:`layer_is_smooth`); dropout is
+the identity when evaluated; ``Softplus`` switches to ``x`` above its threshold, a jump
+below 1e-8 that PyTorch itself takes.  Everything else (ReLU and its relatives, ELU,
+SELU and CELU (no continuous second derivative for every ``alpha``), hard activations,
+max and Lp pooling, Softsign) counts as kinked, and so does any type added to the
+catalogue until it is listed here."""
+
+SMOOTH_FUNCTIONS = frozenset({
+    "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "sin", "cos", "erf",
+    "tanh", "sigmoid", "silu", "gelu", "mish", "logsigmoid", "softplus", "tanhshrink",
+    "softmax", "log_softmax", "sum", "mean", "prod", "cumsum", "matmul", "cat", "stack",
+    "chunk", "getitem", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",
+    "unsqueeze", "permute", "transpose", "contiguous", "flip", "pad", "avg_pool1d",
+    "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d", "local_response_norm",
+})
+"""Forward-graph functions that are smooth where they are defined (``log``, ``sqrt`` and
+``div`` away from their singularities), as :data:`SMOOTH_LAYERS`.  Not listed:
+``abs``, ``clamp``, ``maximum``, ``minimum``, ``amax``, ``amin``, rounding,
+``remainder``, ``sign``, comparisons, ``where``, the ReLU family, hard activations,
+max and Lp pooling."""
+
+
+def layer_is_smooth(layer_type: str, config: Mapping[str, Any]) -> bool:
+    """Whether a layer of this type with these resolved arguments is smooth
+    (:data:`SMOOTH_LAYERS`)."""
+    if layer_type not in SMOOTH_LAYERS:
+        return False
+    return not (layer_type == "RNN" and config.get("nonlinearity", "tanh") != "tanh")
+
+
 __all__ = [
     "Arg", "ArraySpec", "LayerSpec", "FunctionSpec", "LAYERS", "FUNCTIONS", "REQUIRED",
     "layer_spec", "function_spec", "canonical_function", "check_value", "as_tuple",
-    "implicit_softmax_dim", "parameter_count", "kind_description",
+    "implicit_softmax_dim", "parameter_count", "kind_description", "SMOOTH_LAYERS",
+    "SMOOTH_FUNCTIONS", "layer_is_smooth",
 ]

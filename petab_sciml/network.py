@@ -22,9 +22,11 @@ from typing import Any
 
 from petab_sciml.catalogue import (
     FUNCTIONS,
+    SMOOTH_FUNCTIONS,
     FunctionSpec,
     LayerSpec,
     function_spec,
+    layer_is_smooth,
     layer_spec,
 )
 from petab_sciml.errors import NetworkError
@@ -242,6 +244,22 @@ class Network:
     def stochastic(self) -> bool:
         """True if a layer draws random numbers in training mode (dropout)."""
         return any(layer.stochastic for layer in self.layers.values())
+
+    @property
+    def smooth(self) -> bool:
+        """True if every layer the graph calls and every function it applies is smooth
+        (:data:`~petab_sciml.catalogue.SMOOTH_LAYERS`, ``SMOOTH_FUNCTIONS``): the network
+        has no kinks (ReLU, max pooling, clamping, ...).  Solvers use it to decide where
+        last-bit differences can change the steps they take."""
+        for node in self.nodes:
+            if node.op == "call_module":
+                layer = self.layers.get(node.target)
+                if layer is None or not layer_is_smooth(layer.type, layer.config):
+                    return False
+            elif node.op in ("call_function", "call_method") \
+                    and node.function not in SMOOTH_FUNCTIONS:
+                return False
+        return True
 
 
 # --------------------------------------------------------------------- validation

@@ -148,8 +148,9 @@ def _previous_linear(x, weight, bias=None):
     import jax.numpy as jnp
 
     from petab_sciml.backends.jax import ops
+    from petab_sciml.batch_invariance import takes_ordered_product
 
-    if weight.shape[1] <= ops.ORDERED_PRODUCT_MAX_IN and weight.size <= ops.TRANSPOSED_PRODUCT_MAX:
+    if takes_ordered_product(weight.shape[1], weight.size):
         return ops.ordered_linear(x, weight, bias)
     y = jnp.matmul(x, weight.T)
     return y if bias is None else y + bias

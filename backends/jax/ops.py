@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from petab_sciml.batch_invariance import takes_ordered_product
+
 _CONV_DIMS = {1: ("NCH", "OIH", "NCH"), 2: ("NCHW", "OIHW", "NCHW"),
               3: ("NCDHW", "OIDHW", "NCDHW")}
 _PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -40,14 +42,11 @@ def batched(fn, x: jax.Array, unbatched_rank: int, *args, **kwargs):
 # --------------------------------------------------------------------------- weight products
 TRANSPOSED_PRODUCT_MAX = 1024
 """Weights of at most this many elements are multiplied as ``x @ weight.T`` (Bilinear:
-``einsum``), what this backend always did, or, Linear weights with at most
-:data:`ORDERED_PRODUCT_MAX_IN` inputs, by :func:`ordered_linear`; larger ones by
+``einsum``), what this backend always did, or, Linear weights that
+``petab_sciml.batch_invariance.takes_ordered_product`` calls small (the same limits
+as the PyTorch backend's), by :func:`ordered_linear`; larger ones by
 ``dot_general``s that read the weight where it lies (:func:`linear`, :func:`bilinear`).
 At this size all forms are equally fast."""
-
-ORDERED_PRODUCT_MAX_IN = 64
-"""Linear weights with at most :data:`TRANSPOSED_PRODUCT_MAX` elements and at most this
-many input features are multiplied by :func:`ordered_linear`."""
 
 
 def ordered_linear(x: jax.Array, weight: jax.Array,
@@ -130,8 +129,8 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     """``torch.nn.functional.linear``: ``y[..., o] = sum_i x[..., i] weight[o, i] + bias[o]``
     for any number of leading (batch) axes, ``weight`` in PyTorch layout ``(out, in)``.
 
-    Small weights (:data:`ORDERED_PRODUCT_MAX_IN` inputs, :data:`TRANSPOSED_PRODUCT_MAX`
-    elements) go through :func:`ordered_linear`, whose results do not depend on the
+    Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 64
+    inputs and 1,024 elements) go through :func:`ordered_linear`, whose results do not depend on the
     batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
     lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the transposed
     weight on every call (and once more in the gradient): 8x slower gradients for one
@@ -141,8 +140,7 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     beyond noise (``benchmarks/bench_width.py --products``).  Weights up to
     :data:`TRANSPOSED_PRODUCT_MAX` elements with more inputs keep ``x @ weight.T``.
     """
-    if weight.ndim == 2 and weight.shape[1] <= ORDERED_PRODUCT_MAX_IN \
-            and 0 < weight.size <= TRANSPOSED_PRODUCT_MAX:
+    if weight.ndim == 2 and takes_ordered_product(weight.shape[1], weight.size):
         return ordered_linear(x, weight, bias)
     if weight.size <= TRANSPOSED_PRODUCT_MAX:
         y = jnp.matmul(x, weight.T)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from petab_sciml.backends.torch.ordered import order_small_products, small_matmul
 from petab_sciml.simulation.compiled import compile_plan
 from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
@@ -85,6 +86,19 @@ class TorchOptions:
     gradient 1.4-1.6x faster) for more compilation, which grows with the right-hand
     side (a network in it is traced once per stage: 001 compiles about 3x longer,
     ``benchmarks/bench_torch_stages.py``)."""
+    ordered_products: bool | None = None
+    """Compute the networks' small Linear products
+    (:func:`petab_sciml.batch_invariance.takes_ordered_product`) as elementwise products
+    summed in one fixed order (``backends/torch/ordered.py``), so that a batched solve
+    gives each experiment the bits it gets solved alone.  ``None``: where the solves are
+    eager and the right-hand side may have kinks (``SimulationPlan.rhs_smooth`` false:
+    a ReLU network, a piecewise formula); there a last-bit difference can flip the step
+    controller's decisions (suite case 038: batched and unbatched were 1e-9 apart in the
+    value and 0.04 in the ``autograd`` gradient, now 0).  Smooth right-hand sides keep
+    ``torch.nn.Linear``: ordered products cost more in eager PyTorch (the Lotka-Volterra
+    UDE with ``autograd``: 1.05x at one experiment, 1.5x at 1,000,
+    ``benchmarks/bench_ordered_products.py``), and without kinks batched and unbatched
+    agree to 1e-10 with the library's products."""
     batch_experiments: bool = True
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve (:func:`~petab_sciml.backends.torch.ode.make_batched_solve`:
@@ -130,6 +144,11 @@ class TorchExecutor:
         self.fns = compile_plan(plan, "torch")
         self.modules = self._build_networks()
         self.bound = self._bound_networks()
+        self.ordered_products = (opts.ordered_products if opts.ordered_products is not None
+                                 else not opts.compile and not plan.rhs_smooth)
+        if self.ordered_products:
+            for module in (*self.modules, *(m for m, _ in self.bound)):
+                order_small_products(module)
         self.mode_of = list(modules) if modules is not None else list(self.modules)
         self.pre_ids = [j for j, n in enumerate(plan.networks) if n.pre_initialization]
         self.rhs_nets = [j for j, n in enumerate(plan.networks) if n.in_rhs]
@@ -509,7 +528,7 @@ class TorchExecutor:
                     rows_w.append(g_w if g_w is not None else torch.zeros_like(wj))
             outs[j] = out.detach()
             n_o = out.shape[0]
-            d_in = (torch.stack(rows_in) @ jac_in if n_in else
+            d_in = (small_matmul(torch.stack(rows_in), jac_in) if n_in else
                     x.new_zeros((n_o, m)))
             pieces.append((d_in, torch.stack(rows_w) if n_o else x.new_zeros((0, size)),
                            start, size, n_o))
@@ -522,8 +541,8 @@ class TorchExecutor:
         for d_in, d_w, start, size, n_o in pieces:
             r_o = r[:, col: col + n_o]
             col += n_o
-            jac[:, :m] += r_o @ d_in
-            jac[:, n_x + start: n_x + start + size] = r_o @ d_w
+            jac[:, :m] += small_matmul(r_o, d_in)
+            jac[:, n_x + start: n_x + start + size] = small_matmul(r_o, d_w)
         return fx, jac[:, :n_x], jac[:, n_x:]
 
     def _hybrid_ok(self) -> bool:
@@ -574,7 +593,8 @@ class TorchExecutor:
                     rows_in.append(g_in if g_in is not None else torch.zeros_like(inp))
                     rows_w.append(g_w if g_w is not None else torch.zeros_like(wj))
             outs[j] = out.detach()
-            d_in = (torch.stack(rows_in, 1) @ jac_in if n_in else x.new_zeros((E, n_o, m)))
+            d_in = (small_matmul(torch.stack(rows_in, 1), jac_in) if n_in
+                    else x.new_zeros((E, n_o, m)))
             d_w = torch.stack(rows_w, 1) if n_o else x.new_zeros((E, 0, size))
             pieces.append((d_in, d_w, start, size, n_o))
         vals = hyb["rhs"](t, x, theta, *outs)
@@ -586,8 +606,8 @@ class TorchExecutor:
         for d_in, d_w, start, size, n_o in pieces:
             r_o = r[:, :, col: col + n_o]
             col += n_o
-            jac[:, :, :m] += r_o @ d_in
-            jac[:, :, n_x + start: n_x + start + size] = r_o @ d_w
+            jac[:, :, :m] += small_matmul(r_o, d_in)
+            jac[:, :, n_x + start: n_x + start + size] = small_matmul(r_o, d_w)
         return fx, jac[:, :, :n_x], jac[:, :, n_x:]
 
     def _hybrid(self) -> dict[str, Any]:

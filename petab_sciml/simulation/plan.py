@@ -37,6 +37,9 @@ import sympy
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.problem.resolve import Prior
 
+_KINKED_FORMULAS = (sympy.Piecewise, sympy.Abs, sympy.Max, sympy.Min, sympy.floor,
+                    sympy.ceiling, sympy.sign, sympy.Heaviside, sympy.Mod)
+
 __all__ = [
     "SimulationError",
     "SimulationPlan",
@@ -255,6 +258,19 @@ class SimulationPlan:
     @property
     def n_periods_max(self) -> int:
         return max((len(e.periods) for e in self.experiments), default=0)
+
+    @property
+    def rhs_smooth(self) -> bool:
+        """Whether everything the ODE solver integrates is smooth: the right-hand side's
+        formulas and the inputs of the networks inside it have no piecewise terms,
+        ``abs``, ``min``/``max``, rounding or sign, and those networks have no kinks
+        (:attr:`petab_sciml.network.Network.smooth`).  Where it is not, a last-bit
+        difference can flip the step controller's accept / reject decisions."""
+        exprs = [*self.rhs_exprs, *(e for n in self.networks if n.in_rhs
+                                    for e in n.input_exprs)]
+        if any(e.has(*_KINKED_FORMULAS) for e in exprs if isinstance(e, sympy.Basic)):
+            return False
+        return all(n.network.smooth for n in self.networks if n.in_rhs)
 
     def network(self, net_id: str) -> NetworkPlan:
         for n in self.networks:

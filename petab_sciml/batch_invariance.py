@@ -1,0 +1,26 @@
+"""Which products both backends compute in a batch-invariant order (issue 17).
+
+A batched solve of many experiments must give each experiment the numbers it gets
+solved alone.  Matrix products break that: BLAS (PyTorch) and XLA (JAX) sum a product
+for one row in another order than for a batch, and where the right-hand side has kinks
+(a ReLU network, suite case 038) a last-bit difference flips the step controller's
+accept / reject decisions and moves the objective by ~1e-9.  Small Linear layers are
+therefore computed as elementwise products summed in one fixed order
+(JAX: ``backends/jax/ops.py: ordered_linear``; PyTorch: ``backends/torch/ordered.py``).
+The limits below are the two backends' common definition of *small*: one product per
+weight and input row is only cheap while the layer is.
+"""
+
+from __future__ import annotations
+
+ORDERED_PRODUCT_MAX_IN = 64
+"""Linear layers with at most this many input features ..."""
+
+ORDERED_PRODUCT_MAX_WEIGHTS = 1024
+"""... and at most this many weights take the ordered product."""
+
+
+def takes_ordered_product(in_features: int, n_weights: int) -> bool:
+    """Whether a Linear weight of ``n_weights`` elements and ``in_features`` inputs is
+    multiplied in the batch-invariant order (an empty weight never is)."""
+    return 0 < n_weights <= ORDERED_PRODUCT_MAX_WEIGHTS and in_features <= ORDERED_PRODUCT_MAX_IN
