@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -93,21 +92,12 @@ def solve(theta, x0, ts, n_iter: int):
     return ys, k, moved
 
 
-def _best(fn, repeats: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def measure(n: int) -> tuple[float, float]:
     import jax
     import jax.numpy as jnp
 
     from benchmarks.bench_five_state import _data
+    from benchmarks.five_state_gradient_anatomy import _best
     from tests.problems.five_state import NOISE_SD, write_five_state
 
     jax.config.update("jax_enable_x64", True)
@@ -129,8 +119,8 @@ def measure(n: int) -> tuple[float, float]:
         return jnp.sum(0.5 * r ** 2 * mask[:, :, None])
 
     objective, both = jax.jit(nll), jax.jit(jax.value_and_grad(nll))
-    forward = _best(lambda: jax.block_until_ready(objective(theta, data))) * 1e3
-    gradient = _best(lambda: jax.block_until_ready(both(theta, data))) * 1e3
+    forward = _best(lambda: jax.block_until_ready(objective(theta, data)), 5)
+    gradient = _best(lambda: jax.block_until_ready(both(theta, data)), 5)
     print(f"{n} experiments: {n_iter} loop iterations, objective {forward:.1f} ms, "
           f"objective + gradient {gradient:.1f} ms", flush=True)
     return forward, gradient

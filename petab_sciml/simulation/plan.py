@@ -270,7 +270,8 @@ class SimulationPlan:
                                     for e in n.input_exprs)]
         if any(e.has(*_KINKED_FORMULAS) for e in exprs if isinstance(e, sympy.Basic)):
             return False
-        return all(n.network.smooth for n in self.networks if n.in_rhs)
+        # a network without the IR's smoothness (none today) counts as kinked
+        return all(getattr(n.network, "smooth", False) for n in self.networks if n.in_rhs)
 
     def network(self, net_id: str) -> NetworkPlan:
         for n in self.networks:
