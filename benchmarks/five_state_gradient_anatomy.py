@@ -46,13 +46,15 @@ def _best(fn, repeats: int = 3) -> float:
     return min(times) * 1e3
 
 
-def anatomy(n: int, chunks: list[int]) -> dict[str, float]:
-    import diffrax
+def five_state_inputs(n: int):
+    """The 5-state problem with ``n`` experiments written to a temporary folder, as JAX
+    arrays: ``theta = (rates k1..k5, {layer: {array: value}})`` at the nominal values and
+    ``data = (x0 (n, 5), ts (n, N), mask (n, N), y (n, N, 2))`` (padded grids)."""
     import jax
     import jax.numpy as jnp
 
     from benchmarks.bench_five_state import _data
-    from tests.problems.five_state import NOISE_SD, write_five_state
+    from tests.problems.five_state import write_five_state
 
     jax.config.update("jax_enable_x64", True)
     folder = Path(tempfile.mkdtemp())
@@ -60,7 +62,17 @@ def anatomy(n: int, chunks: list[int]) -> dict[str, float]:
     mech, nets, x0, ts, mask, y, _ = _data(folder, n, "jax")
     theta = (jnp.asarray(mech), {layer: {k: jnp.asarray(v) for k, v in arrays.items()}
                                  for layer, arrays in nets.items()})
-    data = tuple(jnp.asarray(a) for a in (x0, ts, mask, y))
+    return theta, tuple(jnp.asarray(v) for v in (x0, ts, mask, y))
+
+
+def anatomy(n: int, chunks: list[int]) -> dict[str, float]:
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+
+    from tests.problems.five_state import NOISE_SD
+
+    theta, data = five_state_inputs(n)
 
     def make_rhs(stop_hidden: bool):
         def rhs(t, x, theta):

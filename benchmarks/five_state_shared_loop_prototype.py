@@ -20,7 +20,6 @@ experiments (min of 5 after a first call) and their ratios.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -96,19 +95,13 @@ def measure(n: int) -> tuple[float, float]:
     import jax
     import jax.numpy as jnp
 
-    from benchmarks.bench_five_state import _data
-    from benchmarks.five_state_gradient_anatomy import _best
-    from tests.problems.five_state import NOISE_SD, write_five_state
+    from benchmarks.five_state_gradient_anatomy import _best, five_state_inputs
+    from tests.problems.five_state import NOISE_SD
 
-    jax.config.update("jax_enable_x64", True)
-    folder = Path(tempfile.mkdtemp())
-    write_five_state(folder, n)
-    mech, nets, x0, ts, mask, y, _ = _data(folder, n, "jax")
-    theta = (jnp.asarray(mech), {layer: {k: jnp.asarray(v) for k, v in arrays.items()}
-                                 for layer, arrays in nets.items()})
-    data = tuple(jnp.asarray(v) for v in (x0, ts, mask, y))
+    theta, data = five_state_inputs(n)
+    n_times = data[1].shape[1]
     _, filled, moved = jax.jit(solve, static_argnums=3)(theta, data[0], data[1], 64)
-    if int(np.asarray(filled).min()) != ts.shape[1]:
+    if int(np.asarray(filled).min()) != n_times:
         raise SystemExit("64 iterations were not enough")
     n_iter = int(np.asarray(moved).sum()) + 1
 
