@@ -9,11 +9,13 @@ so nothing here costs anything at run time beyond the XLA ops themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
 
 import jax
+import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -141,12 +143,146 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     :data:`TRANSPOSED_PRODUCT_MAX` elements with more inputs keep ``x @ weight.T``.
     """
     if weight.ndim == 2 and takes_ordered_product(weight.shape[1], weight.size):
-        return ordered_linear(x, weight, bias)
-    if weight.size <= TRANSPOSED_PRODUCT_MAX:
-        y = jnp.matmul(x, weight.T)
+        form = "ordered"
+    elif weight.size <= TRANSPOSED_PRODUCT_MAX:
+        form = "transposed"
     else:
-        y = jax.lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
+        form = "dot"
+    if _SUMMED_WEIGHT_COTANGENTS[0] and weight.ndim == 2:
+        y = _product_summed_weight_cotangent(form, x, weight)
+        return y if bias is None else _add_bias_summed_cotangent(y, bias)
+    if form == "ordered":
+        return ordered_linear(x, weight, bias)
+    y = _PRODUCTS[form](x, weight)
     return y if bias is None else y + bias
+
+
+def _product(x: jax.Array, weight: jax.Array) -> jax.Array:
+    """``x @ weight.T`` as one ``dot_general`` over ``weight``'s input axis."""
+    return jax.lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
+
+
+_PRODUCTS = {"ordered": lambda x, weight: _ordered_product(x, weight),
+             "transposed": lambda x, weight: jnp.matmul(x, weight.T),
+             "dot": _product}
+""":func:`linear`'s three forms of ``x @ weight.T`` (values differ in the last bits)."""
+
+
+# ------------------------------------------------- weight cotangents summed over a batch
+_SUMMED_WEIGHT_COTANGENTS = [0]
+
+
+@contextlib.contextmanager
+def batch_summed_weight_cotangents() -> Iterator[None]:
+    """While code is *traced* in this block, :func:`linear` computes the cotangents of a
+    weight and a bias that a ``jax.vmap`` batch shares (unbatched arrays) summed over the
+    batch, as one product (weight) or one sum (bias), also inside the backward pass of a
+    ``jax.custom_vjp`` that the batch is mapped over.  Its values, and the cotangent of
+    its input (the ordinary product, as reverse mode has always had it), are unchanged.
+
+    Why: diffrax's reverse pass (``RecursiveCheckpointAdjoint``) is a ``custom_vjp``
+    loop; under ``vmap`` over experiments JAX maps its backward pass over the batch,
+    so JAX's own rules give every experiment its own weight cotangent, one outer
+    product per experiment and Runge-Kutta stage (elementwise work: 1,000 experiments
+    of the 5-state problem cost as much per experiment as one).  Summed as one
+    ``(batch, out)^T (batch, in)`` product it costs what the forward product does.
+
+    Contract, and why this is a switch: the result is the *sum over the batch* of the
+    per-element cotangents.  That is the gradient of anything that adds up the batch's
+    outputs (``grad`` of a function with a ``vmap`` inside: the objective, a sum over
+    experiments), but not per-element gradients (``vmap`` of ``grad`` or of ``vjp``
+    with a shared weight: Jacobians, forward sensitivities).  Only
+    ``JaxExecutor.value_and_grad_fn`` in reverse mode switches it on.  Values are those
+    of the usual forms bit for bit; gradients differ from JAX's own by the order of
+    the sum (1e-14 relative).  Re-entrant."""
+    _SUMMED_WEIGHT_COTANGENTS[0] += 1
+    try:
+        yield
+    finally:
+        _SUMMED_WEIGHT_COTANGENTS[0] -= 1
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _product_summed_weight_cotangent(form: str, x: jax.Array,
+                                     weight: jax.Array) -> jax.Array:
+    return _PRODUCTS[form](x, weight)
+
+
+def _summed_product_fwd(form, x, weight):
+    return _PRODUCTS[form](x, weight), (x, weight)
+
+
+def _summed_product_bwd(form, residuals, ct):
+    del form
+    x, weight = residuals
+    ct_x = jax.lax.dot_general(ct, weight, (((ct.ndim - 1,), (0,)), ((), ())))
+    return ct_x, _weight_cotangent(weight, ct, x)
+
+
+_product_summed_weight_cotangent.defvjp(_summed_product_fwd, _summed_product_bwd)
+
+
+@jax.custom_vjp
+def _add_bias_summed_cotangent(y: jax.Array, bias: jax.Array) -> jax.Array:
+    return y + bias
+
+
+def _add_bias_fwd(y, bias):
+    return y + bias, bias
+
+
+def _add_bias_bwd(bias, ct):
+    return ct, _bias_cotangent(bias, ct)
+
+
+_add_bias_summed_cotangent.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
+def _sum_leading(ct: jax.Array) -> jax.Array:
+    return jnp.sum(ct, axis=tuple(range(ct.ndim - 1))) if ct.ndim > 1 else ct
+
+
+@jax.custom_batching.custom_vmap
+def _bias_cotangent(bias: jax.Array, ct: jax.Array) -> jax.Array:
+    """The cotangent of ``bias`` in ``y + bias`` (``bias`` read only for whether a
+    ``vmap`` batch shares it); see :func:`batch_summed_weight_cotangents`."""
+    del bias
+    return _sum_leading(ct)
+
+
+@_bias_cotangent.def_vmap
+def _bias_cotangent_vmap(axis_size, in_batched, bias, ct):
+    bias_batched, ct_batched = in_batched
+    ct = ct if ct_batched else jnp.broadcast_to(ct, (axis_size, *ct.shape))
+    if bias_batched:
+        return jax.vmap(_sum_leading)(ct), True
+    return _sum_leading(ct), False
+
+
+def _outer_summed(ct: jax.Array, x: jax.Array) -> jax.Array:
+    """``sum over leading axes of ct[..., o] x[..., i]``: ``(out, in)``."""
+    lead = tuple(range(ct.ndim - 1))
+    return jax.lax.dot_general(ct, x, ((lead, lead), ((), ())))
+
+
+@jax.custom_batching.custom_vmap
+def _weight_cotangent(weight: jax.Array, ct: jax.Array, x: jax.Array) -> jax.Array:
+    """The cotangent of ``weight`` in ``y = x @ weight.T`` (``weight`` is read only for
+    whether a ``vmap`` batch shares it); see :func:`batch_summed_weight_cotangents`."""
+    del weight
+    return _outer_summed(ct, x)
+
+
+@_weight_cotangent.def_vmap
+def _weight_cotangent_vmap(axis_size, in_batched, weight, ct, x):
+    weight_batched, ct_batched, x_batched = in_batched
+    ct = ct if ct_batched else jnp.broadcast_to(ct, (axis_size, *ct.shape))
+    x = x if x_batched else jnp.broadcast_to(x, (axis_size, *x.shape))
+    if weight_batched:
+        # each element of the batch has its own weight: its own cotangent
+        return jax.vmap(_outer_summed)(ct, x), True
+    # a weight shared by the batch: the batch axis is one more axis to sum over
+    return _outer_summed(ct, x), False
 
 
 def bilinear(x1: jax.Array, x2: jax.Array, weight: jax.Array,

@@ -149,6 +149,13 @@ class JaxOptions:
     batch_experiments: bool = True
     """Solve experiments of the same structure as one batched (``vmap``) solve; False
     solves them one after another (``lax.map``): the unbatched reference path."""
+    summed_weight_cotangents: bool = True
+    """Reverse mode: the cotangents of large network weights (more than 1,024 elements)
+    that all experiments of a batched solve share are summed over the batch as one
+    matrix product per Runge-Kutta stage (``ops.batch_summed_weight_cotangents``)
+    instead of one outer product per experiment; objective + gradient of the 5-state
+    problem at 1,000 experiments 2x faster.  Values unchanged bit for bit, gradients up
+    to the order of a sum.  False: JAX's own derivative rules (for comparison)."""
 
     def resolved_sensitivity(self, n_parameters: int, n_batch: int = 1) -> str:
         """``n_batch``: the most experiments solved together in one batched solve."""
@@ -904,6 +911,14 @@ class JaxExecutor:
                 basis = basis.at[jnp.arange(free.shape[0]), free].set(1.0)
                 tangents, out = _jvp_all(f, w, basis)
                 return out, jnp.zeros_like(w).at[free].set(tangents)
+            if self.sensitivity == "reverse" and self.options.summed_weight_cotangents:
+                # the gradient of a sum over experiments: weight cotangents may be
+                # summed over each batch as they are made (see the option)
+                from petab_sciml.backends.jax.ops import batch_summed_weight_cotangents
+
+                with batch_summed_weight_cotangents():
+                    (_, out), grad = jax.value_and_grad(f, has_aux=True)(w)
+                return out, grad
             (_, out), grad = jax.value_and_grad(f, has_aux=True)(w)
             return out, grad
 

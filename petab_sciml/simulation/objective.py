@@ -60,7 +60,9 @@ class Simulator:
     ``atol``, ``max_steps``,
     ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``),
     ``batch_experiments`` (default True: experiments of one structure in one vmapped
-    solve; False: one after another); PyTorch
+    solve; False: one after another), ``summed_weight_cotangents`` (reverse mode,
+    default True: cotangents of network weights shared by a batch summed as one
+    product; False: JAX's own rules); PyTorch
     ``method`` (``dopri5``, ...), ``rtol``, ``atol``, ``adjoint``, ``max_steps``.  JAX
     also takes ``cache`` (True/False) and ``cache_dir`` for the cross-process cache.
     """
