@@ -129,6 +129,18 @@ DIRECT_W_MAX = 1 << 20
 """Parameter vectors up to this many entries go to the jitted objective as numpy arrays
 (:meth:`JaxExecutor.arguments`), larger ones through ``jax.device_put``."""
 
+BATCHED_CHECKPOINTS = 64
+"""Reverse mode's default checkpoints when experiments are solved in batches (``vmap``).
+Every checkpoint holds the loop state of the whole batch (states, outputs saved so far:
+``experiments x times x states``), and diffrax allocates, fills and gathers all of them
+on every call: with its default 447, 1,000 experiments of the 5-state problem spend
+~55 ms of a 320 ms objective + gradient on that memory.  With 64 (nothing recomputed
+up to 64 steps per experiment), objective + gradient take 0.75x the time for the
+5-state problem at 1,000 experiments, 0.93x at 100, 0.86x for the Lotka-Volterra table
+at 1,000, and 1.04x for that table at ``rtol = atol = 1e-12``, where experiments take
+more than 64 steps and steps are recomputed (``benchmarks/batched_checkpoints.py``).
+Results are the same bit for bit: checkpoints only decide what is recomputed."""
+
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
 SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
 
@@ -142,7 +154,8 @@ class JaxOptions:
     sensitivity: str = "auto"
     checkpoints: int | None = None
     """Checkpoints of ``sensitivity="reverse"`` (``RecursiveCheckpointAdjoint``); None:
-    diffrax's default, about ``sqrt(2 * max_steps)`` (447).  Each holds the solver's loop
+    :data:`BATCHED_CHECKPOINTS` for experiments solved in batches, else diffrax's
+    default, about ``sqrt(2 * max_steps)`` (447).  Each holds the solver's loop
     state (states, step-size controller, outputs saved so far), never the network's
     arrays: with few states, memory does not depend on this number or on the network's
     size (see docs/simulation.md); fewer checkpoints than steps recompute steps."""
@@ -212,6 +225,10 @@ class JaxExecutor:
         n_batch = max(by_periods.values(), default=1)
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w, n_batch)
+        self.checkpoints = self.options.checkpoints
+        """Checkpoints of reverse mode (``JaxOptions.checkpoints``, resolved)."""
+        if self.checkpoints is None and self.options.batch_experiments and n_batch > 1:
+            self.checkpoints = BATCHED_CHECKPOINTS
         self.compiler_options = compiler_options(
             plan.n_w, self.sensitivity, n_batch if self.options.batch_experiments else 1)
         """XLA options of the compiled objective (:func:`compiler_options`)."""
@@ -648,7 +665,7 @@ class JaxExecutor:
                 adjoint = diffrax.BacksolveAdjoint(solver=_diffrax_solver(opts.solver),
                                                    stepsize_controller=controller)
             else:
-                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=opts.checkpoints)
+                adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=self.checkpoints)
             term = diffrax.ODETerm(lambda t, x, a: field(t, x, *a))
 
             def solve(x0, theta, outs, arrays, t0, t1, ts):
