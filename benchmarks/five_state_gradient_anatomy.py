@@ -1,11 +1,13 @@
 """Where the time of the 5-state problem's gradient goes at 1,000 experiments in JAX
-(issue 17: "1,000 experiments cost at most 200x one", not met).
+(issue 17: "1,000 experiments cost at most 200x one"; the anatomy that led to
+``ops.batch_summed_weight_cotangents``, after which ours meets it: FIGURES.md).
 
     python benchmarks/five_state_gradient_anatomy.py [--sizes 1 1000] [--chunks 50]
 
 The hand-written diffrax objective of ``bench_five_state.py`` (Dopri8, PID controller,
 rtol = atol = 1e-8, one ``vmap`` of ``diffeqsolve`` over experiments; ours costs
-0.8-0.9x its time), timed per size in one process, min of 3 calls after the first:
+0.8-0.9x its time before the summed cotangents, 0.3x after), timed per size in one
+process, min of 3 calls after the first:
 
 1. the objective alone (forward solves only) and objective + gradient;
 2. objective + gradient with the gradient of the 96 x 96 hidden weight stopped

@@ -9,14 +9,24 @@ therefore computed as elementwise products summed in one fixed order
 (JAX: ``backends/jax/ops.py: ordered_linear``; PyTorch: ``backends/torch/ordered.py``).
 The limits below are the two backends' common definition of *small*: one product per
 weight and input row is only cheap while the layer is.
+
+Why 128 inputs and 16,384 weights (a 128 x 128 layer): the 5-state problem's 96 x 96
+hidden layer must be inside them for its batched and unbatched solves to agree (its
+adaptive steps follow error estimates that are mostly rounding noise: one unit in the
+last place of the initial state moves its solution by 7e-11,
+``benchmarks/five_state_batch_roundoff.py``).  In JAX the ordered form then costs
+nothing measurable on that problem (objective + gradient at 1 and 1,000 experiments)
+and 1.2-1.5x on a chain of 100 tanh layers of width 64-128 alone; at width 256 it costs
+2.2-5.4x, hence the limit.  PyTorch orders products only where the right-hand side has
+kinks (``SimulationPlan.rhs_smooth``).
 """
 
 from __future__ import annotations
 
-ORDERED_PRODUCT_MAX_IN = 64
+ORDERED_PRODUCT_MAX_IN = 128
 """Linear layers with at most this many input features ..."""
 
-ORDERED_PRODUCT_MAX_WEIGHTS = 1024
+ORDERED_PRODUCT_MAX_WEIGHTS = 16_384
 """... and at most this many weights take the ordered product."""
 
 

@@ -457,7 +457,9 @@ class _Printer:
                     num.append(a)
             out = " * ".join(self.num(a) for a in num) if num else "1.0"
             if den:
-                out = f"{out} / ({' * '.join(self.num(a) for a in den)})"
+                return f"({out} / ({' * '.join(self.num(a) for a in den)}))"
+            if len(num) > 1 and not (len(num) == 2 and sympy.S.NegativeOne in num):
+                return f"_rounded({out})"   # a product: see _namespace
             return f"({out})"
         if isinstance(expr, sympy.Pow):
             base, exp = expr.args
@@ -469,7 +471,8 @@ class _Printer:
             if exp == -1:
                 return f"(1.0 / {b})"
             if exp.is_Integer:
-                return f"({b} ** {int(exp)})"
+                power_code = f"({b} ** {int(exp)})"
+                return f"_rounded{power_code}" if int(exp) > 1 else power_code
             if base == sympy.E:
                 return f"_m.exp({self.arr(exp)})"
             return f"({b} ** {self.num(exp)})"
@@ -580,6 +583,11 @@ def _namespace(backend: str) -> dict[str, Any]:
             "_stack": lambda xs: m.stack(xs, axis=-1),
             "_empty": lambda z: m.zeros(m.shape(z) + (0,), m.asarray(z).dtype),
         }
+    # ``_rounded(product)``: a product rounded on its own before any sum uses it.  XLA
+    # (JAX) fuses ``a * b + c`` into fused multiply-adds, and differently in different
+    # programs (one experiment alone or a batch under ``vmap``): the JAX backend's
+    # ``_rounded`` keeps the product out of that contraction; elsewhere it is identity.
+    ns.setdefault("_rounded", lambda a: a)
     ns.update({"_inf": math.inf, "_nan": math.nan})
     return ns
 

@@ -26,6 +26,20 @@ def _sum_outputs(outputs) -> jax.Array:
     return sum(jnp.sum(o) for o in outputs)
 
 
+def rounded_product(product):
+    """``product`` itself, kept out of XLA's fused multiply-add contraction.
+
+    XLA's CPU code contracts ``a * b + c`` into one fused multiply-add (rounded once),
+    and whether it does depends on the program: for one state alone some elements are
+    contracted, under ``vmap`` others (the mass-action part of the 5-state problem's
+    right-hand side differs in the last bit for 192 of 200 states,
+    ``benchmarks/five_state_batch_roundoff.py``), and no XLA option turns it off.  A
+    select the compiler cannot see through, ``where(p != p, nan, p)`` (the same value,
+    NaN included), makes the product a rounded value of its own in every program, so
+    compiled formulas give the same bits alone and in a batch."""
+    return jnp.where(product != product, jnp.nan, product)
+
+
 class _Compiled:
     """The jitted functions of one (network, dtype): shared by every JaxNet built from the
     same Network object, so rebuilding a model never recompiles."""
@@ -196,6 +210,7 @@ class JaxBackend:
             "_or": jnp.logical_or, "_xor": jnp.logical_xor, "_not": jnp.logical_not,
             "_stack": lambda xs: jnp.stack(xs, axis=-1),
             "_empty": lambda z: jnp.zeros(z.shape + (0,), z.dtype),
+            "_rounded": rounded_product,
         }
 
     def build(self, network: Network, *, dtype: str = "float32", seed: int = 0) -> JaxNet:

@@ -106,10 +106,11 @@ def _ordered_product_jvp(primals, tangents):
     y = _ordered_product(x, weight)
     parts = []
     if not isinstance(dx, SymbolicZero):
+        # dot_general reads the weight where it lies (``x @ weight.T`` copies it)
         parts.append(_ordered_product(dx, weight) if _INVARIANT_JACOBIANS[0]
-                     else jnp.matmul(dx, weight.T))
+                     else _product(dx, weight))
     if not isinstance(dweight, SymbolicZero):
-        parts.append(jnp.matmul(x, dweight.T))
+        parts.append(_product(x, dweight))
     return y, tangent_sum(y, parts)
 
 
@@ -131,9 +132,9 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     """``torch.nn.functional.linear``: ``y[..., o] = sum_i x[..., i] weight[o, i] + bias[o]``
     for any number of leading (batch) axes, ``weight`` in PyTorch layout ``(out, in)``.
 
-    Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 64
-    inputs and 1,024 elements) go through :func:`ordered_linear`, whose results do not depend on the
-    batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
+    Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 128
+    inputs and 16,384 elements) go through :func:`ordered_linear`, whose results do not
+    depend on the batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
     lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the transposed
     weight on every call (and once more in the gradient): 8x slower gradients for one
     state vector through a 512-wide layer, 17x slower forward for a 2048-wide one, the

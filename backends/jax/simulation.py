@@ -163,7 +163,7 @@ class JaxOptions:
     """Solve experiments of the same structure as one batched (``vmap``) solve; False
     solves them one after another (``lax.map``): the unbatched reference path."""
     summed_weight_cotangents: bool = True
-    """Reverse mode: the cotangents of large network weights (more than 1,024 elements)
+    """Reverse mode: the cotangents of network weights and biases (``ops.linear``)
     that all experiments of a batched solve share are summed over the batch as one
     matrix product per Runge-Kutta stage (``ops.batch_summed_weight_cotangents``)
     instead of one outer product per experiment; objective + gradient of the 5-state
