@@ -15,11 +15,19 @@
    that are mostly rounding noise on this smooth problem, so a last-bit difference
    moves the solution by ~1e-10, not ~1e-16.
 3. The hand-written diffrax solve of 6 experiments, ``vmap`` against ``lax.map``.
+4. What batch-invariant forms of the 96 x 96 product cost (``--cost``): per layer, the
+   library product against an elementwise product summed over the last axis; and our
+   objective + gradient at 1 and 1,000 experiments with that layer in the library
+   product (as shipped) and in the ordered form (``ops.ordered_linear``).
+
+    python benchmarks/five_state_batch_roundoff.py --cost
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +60,22 @@ def main() -> None:
         return jnp.concatenate([net(x), (k * x)[:4]]) - k * x
 
     states = jnp.asarray(np.random.default_rng(1).uniform(0.0, 1.0, size=(200, 5)))
-    for name, fn in (("network (ordered products)", net), ("mass-action part", mass_action),
+    from petab_sciml.backends.jax.backend import rounded_product
+
+    def mass_action_rounded(x):
+        flux = rounded_product(k * x)
+        return jnp.concatenate([x[:1], flux[:4]]) - flux
+
+    def library_net(x):
+        h = jnp.tanh(ops.linear(x, p["layer1"]["weight"], p["layer1"]["bias"]))
+        h = jnp.tanh(ops.linear(h, p["layer2"]["weight"], p["layer2"]["bias"]))
+        return ops.linear(h, p["layer3"]["weight"], p["layer3"]["bias"])
+
+    for name, fn in (("network, library 96 x 96 product (as shipped)", library_net),
+                     ("network, every product ordered", net),
+                     ("mass-action part", mass_action),
+                     ("mass-action part, products through rounded_product (as our compiled "
+                      "formulas)", mass_action_rounded),
                      ("whole right-hand side", rhs)):
         one = jax.jit(fn)
         alone = np.stack([np.asarray(one(x)) for x in states])
@@ -84,5 +107,54 @@ def main() -> None:
           f"{np.max(np.abs(mapped)):.2f})")
 
 
+def cost() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.bench_experiments import timed_together
+    from benchmarks.five_state_gradient_anatomy import _best
+    from petab_sciml import load_problem
+    from petab_sciml.backends.jax import ops
+    from tests.problems.five_state import write_five_state
+
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.normal(size=(96, 96)) / 10)
+    forms = {"library product": lambda x: ops.linear(x, w),
+             "sum(x * W, -1)": lambda x: jnp.sum(x[..., None, :] * w, axis=-1)}
+    for rows in (1, 1000):
+        x = jnp.asarray(rng.normal(size=(rows, 96)))
+        for name, f in forms.items():
+            def chain(x, f=f):
+                return jax.lax.fori_loop(0, 50, lambda i, h: jnp.tanh(jax.vmap(f)(h)), x)
+            fn = jax.jit(chain)
+            print(f"{rows} row(s), {name}: "
+                  f"{_best(lambda fn=fn, x=x: fn(x).block_until_ready(), 5) / 50 * 1e3:.1f} us "
+                  f"per layer", flush=True)
+    shipped = ops.takes_ordered_product
+    for n in (1, 1000):
+        folder = Path(tempfile.mkdtemp())
+        sims = {}
+        for name, rule in (("library 96 x 96 (shipped)", shipped),
+                           ("ordered 96 x 96", lambda n_in, n_w: True)):
+            ops.takes_ordered_product = rule      # read when the objective is traced
+            try:
+                sim = load_problem(write_five_state(folder / name[:7], n),
+                                   backend="jax").simulator(cache=False)
+                sim.evaluate()
+            finally:
+                ops.takes_ordered_product = shipped
+            sims[name] = sim
+        times = timed_together([s.evaluate for s in sims.values()], 5)
+        for name, (t_min, t_med) in zip(sims, times):
+            print(f"{n} experiment(s), {name}: objective + gradient {t_min:.1f} / "
+                  f"{t_med:.1f} ms (min / median)", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cost", action="store_true")
+    if parser.parse_args().cost:
+        cost()
+    else:
+        main()

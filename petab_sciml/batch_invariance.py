@@ -8,25 +8,20 @@ accept / reject decisions and moves the objective by ~1e-9.  Small Linear layers
 therefore computed as elementwise products summed in one fixed order
 (JAX: ``backends/jax/ops.py: ordered_linear``; PyTorch: ``backends/torch/ordered.py``).
 The limits below are the two backends' common definition of *small*: one product per
-weight and input row is only cheap while the layer is.
-
-Why 128 inputs and 16,384 weights (a 128 x 128 layer): the 5-state problem's 96 x 96
-hidden layer must be inside them for its batched and unbatched solves to agree (its
-adaptive steps follow error estimates that are mostly rounding noise: one unit in the
-last place of the initial state moves its solution by 7e-11,
-``benchmarks/five_state_batch_roundoff.py``).  In JAX the ordered form then costs
-nothing measurable on that problem (objective + gradient at 1 and 1,000 experiments)
-and 1.2-1.5x on a chain of 100 tanh layers of width 64-128 alone; at width 256 it costs
-2.2-5.4x, hence the limit.  PyTorch orders products only where the right-hand side has
-kinks (``SimulationPlan.rhs_smooth``).
+weight and input row is only cheap while the layer is.  (Measured for the 5-state
+problem, whose 96 x 96 layer would need it for its batched and unbatched solves to give
+the same bits: that layer in the ordered form made its JAX objective + gradient 2x
+slower for one experiment and 5x for 1,000; an elementwise product summed over the
+last axis is batch-invariant too but 8x slower than the library product at 1,000 rows,
+3x for one.  ``benchmarks/five_state_batch_roundoff.py --cost``.)
 """
 
 from __future__ import annotations
 
-ORDERED_PRODUCT_MAX_IN = 128
+ORDERED_PRODUCT_MAX_IN = 64
 """Linear layers with at most this many input features ..."""
 
-ORDERED_PRODUCT_MAX_WEIGHTS = 16_384
+ORDERED_PRODUCT_MAX_WEIGHTS = 1024
 """... and at most this many weights take the ordered product."""
 
 

@@ -113,9 +113,9 @@ def test_order_small_products_swaps_plain_linear_layers_only():
     x = torch.randn((8, 4), dtype=DT)
     with torch.no_grad():
         assert float((model[0](x) - plain[0](x)).abs().max()) <= 1e-14
-    # too many inputs (129) or weights (130 x 130 > 16,384): torch's own product
+    # too many inputs (65) or weights (1,600 > 1,024): torch's own product, bit for bit
     assert not takes_ordered_product(big_in, 2 * big_in)
-    assert not takes_ordered_product(130, 16_900) and 16_900 > ORDERED_PRODUCT_MAX_WEIGHTS
+    assert not takes_ordered_product(40, 1600) and 1600 > ORDERED_PRODUCT_MAX_WEIGHTS
     h = torch.randn((8, big_in), dtype=DT)
     assert torch.equal(model[4](h), torch.nn.functional.linear(h, model[4].weight,
                                                                model[4].bias))

@@ -337,9 +337,8 @@ def test_suite_case_matches_torch(case, dtype):
 # Layer configurations the suite does not cover: (type, args, input shapes, positive input).
 EXTRA_LAYERS = [
     ("Linear", dict(in_features=4, out_features=3, bias=False), [(2, 5, 4)]),
-    # ordered products up to 128 inputs and 16,384 weights (batch_invariance.py)
+    # above ops.TRANSPOSED_PRODUCT_MAX: the dot_general product, unbatched and batched
     ("Linear", dict(in_features=40, out_features=30), [(40,)]),
-    # above those limits: the dot_general product, unbatched and batched
     ("Linear", dict(in_features=150, out_features=130), [(150,)]),
     ("Linear", dict(in_features=150, out_features=130, bias=False), [(2, 3, 150)]),
     ("Linear", dict(in_features=40, out_features=30, bias=False), [(2, 3, 40)]),

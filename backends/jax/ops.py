@@ -132,8 +132,8 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
     """``torch.nn.functional.linear``: ``y[..., o] = sum_i x[..., i] weight[o, i] + bias[o]``
     for any number of leading (batch) axes, ``weight`` in PyTorch layout ``(out, in)``.
 
-    Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 128
-    inputs and 16,384 elements) go through :func:`ordered_linear`, whose results do not
+    Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 64
+    inputs and 1,024 elements) go through :func:`ordered_linear`, whose results do not
     depend on the batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
     lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the transposed
     weight on every call (and once more in the gradient): 8x slower gradients for one
