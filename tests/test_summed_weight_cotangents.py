@@ -55,14 +55,18 @@ def _max_rel(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(1e-300, np.max(np.abs(b))))
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_gradient_of_a_batch_sum_is_unchanged(shape):
-    weight, bias, xs, _, _ = _arrays(shape)
-    grad = jax.grad(_loss, argnums=(0, 1))
-    ref, got = grad(weight, bias, xs), _switched(grad)(weight, bias, xs)
+def _switch_changes_nothing(grad, *args) -> None:
+    """``grad(*args)`` with and without the switch: same shapes, same values to 1e-13."""
+    ref, got = grad(*args), _switched(grad)(*args)
     for r, g in zip(ref, got):
         assert g.shape == r.shape
         assert _max_rel(g, r) < 1e-13
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gradient_of_a_batch_sum_is_unchanged(shape):
+    weight, bias, xs, _, _ = _arrays(shape)
+    _switch_changes_nothing(jax.grad(_loss, argnums=(0, 1)), weight, bias, xs)
     # values bit for bit
     assert float(_switched(_loss)(weight, bias, xs)) == float(_loss(weight, bias, xs))
 
@@ -72,11 +76,8 @@ def test_per_row_weights_keep_their_own_cotangents(shape):
     """``vmap`` over starts, each with its own weight and bias (batched arrays), of the
     gradient of a sum over rows: every start keeps its own gradient."""
     _, _, xs, weights, biases = _arrays(shape)
-    grad = jax.vmap(jax.grad(_loss, argnums=(0, 1)), in_axes=(0, 0, None))
-    ref, got = grad(weights, biases, xs), _switched(grad)(weights, biases, xs)
-    for r, g in zip(ref, got):
-        assert g.shape == r.shape
-        assert _max_rel(g, r) < 1e-13
+    _switch_changes_nothing(jax.vmap(jax.grad(_loss, argnums=(0, 1)), in_axes=(0, 0, None)),
+                            weights, biases, xs)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -88,11 +89,7 @@ def test_weights_batched_with_the_rows_are_not_summed(shape):
     def one(w, b, x):
         return jnp.sum(jnp.tanh(ops.linear(x, w, b)) ** 2)
 
-    per_row = jax.vmap(jax.grad(one, argnums=(0, 1)))
-    ref, got = per_row(weights, biases, xs), _switched(per_row)(weights, biases, xs)
-    for r, g in zip(ref, got):
-        assert g.shape == r.shape
-        assert _max_rel(g, r) < 1e-13
+    _switch_changes_nothing(jax.vmap(jax.grad(one, argnums=(0, 1))), weights, biases, xs)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -120,10 +117,7 @@ def test_through_a_custom_vjp_mapped_over_the_batch(shape):
     def loss(w, b, xs):
         return jnp.sum(jax.vmap(lambda x: block(w, b, x))(xs) ** 2)
 
-    grad = jax.grad(loss, argnums=(0, 1))
-    ref, got = grad(weight, bias, xs), _switched(grad)(weight, bias, xs)
-    for r, g in zip(ref, got):
-        assert _max_rel(g, r) < 1e-13
+    _switch_changes_nothing(jax.grad(loss, argnums=(0, 1)), weight, bias, xs)
 
 
 def test_per_example_gradients_of_a_shared_weight_are_outside_the_contract():

@@ -134,11 +134,11 @@ def linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None = None) -> ja
 
     Small weights (``petab_sciml.batch_invariance.takes_ordered_product``: at most 64
     inputs and 1,024 elements) go through :func:`ordered_linear`, whose results do not
-    depend on the batch.  Large ones: one ``dot_general`` contracts ``weight``'s input axis where it
-    lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the transposed
-    weight on every call (and once more in the gradient): 8x slower gradients for one
-    state vector through a 512-wide layer, 17x slower forward for a 2048-wide one, the
-    case of a network inside an ODE right-hand side.  Against ``weight @ x`` and
+    depend on the batch.  Large ones: one ``dot_general`` contracts ``weight``'s input
+    axis where it lies.  Written as ``x @ weight.T`` instead, XLA's CPU backend copies the
+    transposed weight on every call (and once more in the gradient): 8x slower gradients
+    for one state vector through a 512-wide layer, 17x slower forward for a 2048-wide
+    one, the case of a network inside an ODE right-hand side.  Against ``weight @ x`` and
     ``einsum``, unbatched and for batches of 1-256 at widths 64-2048, it is never slower
     beyond noise (``benchmarks/bench_width.py --products``).  Weights up to
     :data:`TRANSPOSED_PRODUCT_MAX` elements with more inputs keep ``x @ weight.T``.
