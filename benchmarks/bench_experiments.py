@@ -8,12 +8,15 @@ and masked, Gaussian negative log-likelihood, ``jax.value_and_grad`` (diffrax's 
 array.
 
     python benchmarks/bench_experiments.py [--sizes 1 10 100 1000] [--repeats 7]
-                                           [--unbatched 1 10 100]
+                                           [--unbatched 1 10 100] [--cores 2]
 
 Prints min / median ms per objective + gradient for ours and the baseline, ours / one
 experiment, ours / baseline, and the largest relative difference between the two
 objective values and gradients (the same computation: it should be ~1e-9 or below).
 ``--unbatched`` also times our ``batch_experiments=False`` path at those sizes.
+``--cores N`` gives JAX one CPU device per core (``use_cpu_cores(N)``): ours then splits
+batches of experiments over them (``backends/jax/devices.py``); the hand-written
+baseline stays on one device, as written.
 Everything is measured in one run (each size in a fresh process), ours and the baseline
 called in turn; CPU load from other processes inflates every figure.
 """
@@ -180,16 +183,22 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--unbatched", type=int, nargs="*", default=[])
+    parser.add_argument("--cores", type=int, default=0,
+                        help="JAX CPU devices (0: JAX's default, one)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
+        if args.cores:
+            from petab_sciml.backends.jax.devices import use_cpu_cores
+
+            use_cpu_cores(args.cores)
         print(json.dumps(measure(args.worker, args.repeats, args.worker in args.unbatched)))
         return
     # each size in a fresh process: no compiled programs or memory of the other sizes
     rows = []
     for n in args.sizes:
         cmd = [sys.executable, __file__, "--worker", str(n), "--repeats", str(args.repeats),
-               "--unbatched", *map(str, args.unbatched)]
+               "--cores", str(args.cores), "--unbatched", *map(str, args.unbatched)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         rows.append((n, r["ours"], r["base"], r["diff"], r["sensitivity"], r["first"],

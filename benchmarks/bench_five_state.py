@@ -15,12 +15,15 @@ respect to every parameter, float64, ``dopri8``, ``rtol = atol = 1e-8``.
   through its steps.
 
     python benchmarks/bench_five_state.py [--sizes 1 10 100 1000] [--repeats 5]
-                                          [--backends jax torch]
+                                          [--backends jax torch] [--cores 2]
 
-Each size and backend runs in a fresh process; ours and the baseline are called in turn
-(order alternating).  Prints min / median ms, ours / one experiment, baseline / one
-experiment, ours / baseline and the largest relative difference between ours and the
-baseline (value and gradient: same problem, different step sequences, so ~1e-6).
+``--cores N`` gives JAX one CPU device per core (``use_cpu_cores(N)``): ours then splits
+batches of experiments over them (``backends/jax/devices.py``); the hand-written
+baseline stays on one device, as written.  Each size and backend runs in a fresh
+process; ours and the baseline are called in turn (order alternating).  Prints min /
+median ms, ours / one experiment, baseline / one experiment, ours / baseline and the
+largest relative difference between ours and the baseline (value and gradient: same
+problem, different step sequences, so ~1e-6).
 """
 
 from __future__ import annotations
@@ -186,17 +189,23 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backends", nargs="+", default=["jax", "torch"])
+    parser.add_argument("--cores", type=int, default=0,
+                        help="JAX CPU devices (0: JAX's default, one)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
         n, backend = int(args.worker[0]), args.worker[1]
+        if args.cores and backend == "jax":
+            from petab_sciml.backends.jax.devices import use_cpu_cores
+
+            use_cpu_cores(args.cores)
         print(json.dumps(measure(n, backend, args.repeats)))
         return
     rows = []
     for backend in args.backends:
         for n in args.sizes:
             cmd = [sys.executable, __file__, "--worker", str(n), backend, "--repeats",
-                   str(args.repeats)]
+                   str(args.repeats), "--cores", str(args.cores)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             r = json.loads(out.strip().splitlines()[-1])
             rows.append((backend, n, r))

@@ -10,6 +10,8 @@ Public names (loaded lazily):
   (an ``equinox.Module``),
 * ``make_forward(network_or_model, train=False, dtype=)`` — ``(fn, params)``, a pure
   forward function of ``(params, inputs)`` to jit once or call inside jitted code,
+* ``use_cpu_cores(n=None)`` — one JAX CPU device per core, so that batches of
+  experiments are split over the cores (call before JAX's first computation),
 * ``JaxModel``, ``JaxNet``, ``JaxBackend``.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 _LAZY = {
     "JaxBackend": "backend", "JaxNet": "backend",
     "JaxModel": "model", "build_model": "model", "make_forward": "model",
-    "convert_arrays": "model",
+    "convert_arrays": "model", "use_cpu_cores": "devices",
 }
 
 

@@ -163,6 +163,32 @@ def _compiler_options(executor: Any) -> dict:
     return dict(executor.compiler_options)
 
 
+def _jit_exported(exported: Any, executor: Any) -> Any:
+    """The stored computation, jitted with the executor's XLA options; one exported
+    for several devices (experiments split over them: ``devices.py``) is placed on
+    the executor's devices as it was exported (JAX refuses to call it otherwise)."""
+    import jax
+
+    options = _compiler_options(executor)
+    if exported.nr_devices == 1:
+        return jax.jit(exported.call, compiler_options=options)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(executor.devices[:exported.nr_devices], ("experiments",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def placed(shardings: Any, tree: Any) -> Any:
+        # None: placement left open by the export; the objective's arguments and
+        # results are whole arrays on every device
+        return jax.tree_util.tree_unflatten(
+            tree, [replicated if sh is None else sh for sh in shardings])
+
+    in_shardings, _ = placed(exported.in_shardings_jax(mesh), exported.in_tree)
+    out_shardings = placed(exported.out_shardings_jax(mesh), exported.out_tree)
+    return jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings,
+                   compiler_options=options)
+
+
 def pack_entry(key: str, blob: bytes) -> bytes:
     """A cache entry: header (key, size, SHA-256 of ``blob``) and ``blob``."""
     header = {"key": key, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
@@ -208,6 +234,7 @@ class ExportCache:
         shapes = jax.tree_util.tree_map(lambda a: (tuple(a.shape), str(a.dtype)), args)
         parts = [executor.plan.fingerprint, kind, repr(executor.options),
                  executor.sensitivity, repr(shapes), jax.__version__,
+                 f"devices={len(getattr(executor, 'devices', ()))}",
                  getattr(petab_sciml, "__version__", "0"), code_hash(),
                  sys.version.split()[0]]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
@@ -243,7 +270,6 @@ class ExportCache:
     def _load_or_export(self, executor: Any, kind: str, jitted: Any, args: tuple
                         ) -> tuple[Any, Path | None]:
         """(function, path of the entry it was loaded from, or None)."""
-        import jax
         from jax import export
 
         key = self.key(executor, kind, args)
@@ -253,7 +279,7 @@ class ExportCache:
             try:
                 exported = export.deserialize(bytearray(unpack_entry(data, key)))
                 self.events.append("loaded")
-                return jax.jit(exported.call, compiler_options=_compiler_options(executor)), path
+                return _jit_exported(exported, executor), path
             except Exception as exc:  # noqa: BLE001 - a stale, damaged or foreign file
                 self._reject(path, str(exc).splitlines()[0] if str(exc) else
                              type(exc).__name__)
@@ -268,7 +294,7 @@ class ExportCache:
             return jitted, None
         self._write(path, pack_entry(key, bytes(blob)))
         self.events.append("exported")
-        return jax.jit(exported.call, compiler_options=_compiler_options(executor)), None
+        return _jit_exported(exported, executor), None
 
     def _read(self, path: Path) -> bytes | None:
         from petab_sciml.errors import PetabSciMLError

@@ -38,7 +38,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +172,13 @@ class JaxOptions:
     problem at 1,000 experiments 2x faster.  Values unchanged bit for bit, gradients up
     to the order of a sum.  False: JAX's own derivative rules (for comparison)."""
 
+    devices: int | None = None
+    """Batched experiments are split into one share per device, each solved on its
+    device (``backends/jax/devices.py``): this many of JAX's local devices, None: all
+    of them.  JAX gives a CPU one device unless ``petab_sciml.backends.jax.devices.
+    use_cpu_cores()`` ran before its first computation; batches with fewer than
+    ``MIN_EXPERIMENTS_PER_DEVICE`` experiments per device are not split."""
+
     def resolved_sensitivity(self, n_parameters: int, n_batch: int = 1) -> str:
         """``n_batch``: the most experiments solved together in one batched solve."""
         if self.sensitivity == "auto":
@@ -229,6 +238,14 @@ class JaxExecutor:
         """Checkpoints of reverse mode (``JaxOptions.checkpoints``, resolved)."""
         if self.checkpoints is None and self.options.batch_experiments and n_batch > 1:
             self.checkpoints = BATCHED_CHECKPOINTS
+        from petab_sciml.backends.jax.devices import experiment_devices
+
+        self.devices = experiment_devices(self.options.devices)
+        """Devices batched experiments are spread over (``JaxOptions.devices``)."""
+        self._spread = False
+        self.split_batches: dict[int, int] = {}
+        """Batches (index into :attr:`batches`) split over devices at the last trace of
+        the objective, and into how many shares."""
         self.compiler_options = compiler_options(
             plan.n_w, self.sensitivity, n_batch if self.options.batch_experiments else 1)
         """XLA options of the compiled objective (:func:`compiler_options`)."""
@@ -445,6 +462,8 @@ class JaxExecutor:
         import jax
         import jax.numpy as jnp
 
+        from petab_sciml.backends.jax.devices import sharded_map, shares
+
         self.n_traces += 1
         plan = self.plan
         fns = self.fns
@@ -526,7 +545,11 @@ class JaxExecutor:
                      data[f"b{b}_st_src"], data[f"b{b}_group"])
             if self.steady_state:
                 batch = (*batch, data[f"b{b}_tinf"])
-            if self.options.batch_experiments:
+            if self.options.batch_experiments and self._spread \
+                    and shares(len(self.devices), len(exps)) > 1:
+                ys, ths, ok = sharded_map(experiment, batch, len(exps), self.devices)
+                self.split_batches[b] = len(self.devices)
+            elif self.options.batch_experiments:
                 ys, ths, ok = _map(experiment, batch, len(exps))
             else:
                 ys, ths, ok = jax.lax.map(lambda a: experiment(*a), batch)
@@ -915,6 +938,10 @@ class JaxExecutor:
         import jax.numpy as jnp
 
         def fn(w, theta0, data):
+            with self._spreading():
+                return value_and_grad(w, theta0, data)
+
+        def value_and_grad(w, theta0, data):
             def f(w):
                 out = self.evaluate(w, theta0, data)
                 return out["value"], out
@@ -944,9 +971,28 @@ class JaxExecutor:
     def value_fn(self):
         """``f(w, theta0, data) -> outputs dict`` (no gradient); pure, jittable."""
         def fn(w, theta0, data):
-            return self.evaluate(w, theta0, data)
+            with self._spreading():
+                return self.evaluate(w, theta0, data)
 
         return fn
+
+    @contextlib.contextmanager
+    def _spreading(self) -> Iterator[None]:
+        """While the executor's own objective is traced, batches are split over
+        :attr:`devices` (the native model, which users transform themselves, never
+        splits)."""
+        from petab_sciml.backends.jax.devices import closure_conversion_inside_shard_map
+
+        if len(self.devices) < 2:
+            yield
+            return
+        with closure_conversion_inside_shard_map():
+            self._spread = True
+            self.split_batches = {}
+            try:
+                yield
+            finally:
+                self._spread = False
 
     def arguments(self, w: np.ndarray, theta0: np.ndarray | None = None) -> tuple:
         """``(w, theta0, data)``: ``theta0`` and ``data`` as JAX arrays; ``w`` as the

@@ -1,0 +1,133 @@
+"""Batched experiments split over several JAX devices (``backends/jax/devices.py``).
+
+JAX fixes its devices at its first computation, so the two-device checks run in a
+child process that calls ``use_cpu_cores(2)`` first.  There every sensitivity mode is
+compared with the same problem on one device (``JaxOptions(devices=1)``): the same
+simulations to the last bits the batch size may move (an experiment is solved with the
+same numbers whatever else is in its batch), the same objective and gradient up to the
+order of their sums over experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("libsbml")
+pytest.importorskip("jax")
+pytest.importorskip("diffrax")
+
+pytestmark = pytest.mark.usefixtures("restore_x64")
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, {repo!r})
+    from petab_sciml.backends.jax.devices import use_cpu_cores
+    use_cpu_cores(2)
+    import numpy as np
+    from petab_sciml.problem import load_problem
+    from tests.problems.scaled_lv import write_scaled_lv
+
+    out = {{}}
+    tmp = Path({tmp!r})
+    for n, modes in ((10, ["reverse"]), (17, ["forward", "reverse", "adjoint", "forward-ad"])):
+        problem = load_problem(write_scaled_lv(tmp / f"lv{{n}}", n), backend="jax")
+        for mode in modes:
+            split = problem.simulator(cache=False, sensitivity=mode)
+            one = problem.simulator(cache=False, sensitivity=mode, devices=1)
+            a, b = split.evaluate(), one.evaluate()
+            scale = np.maximum(1.0, np.abs(b.grad_flat))
+            out[f"{{n}} {{mode}}"] = {{
+                "devices": len(split.executor.devices),
+                "split": {{str(k): v for k, v in split.executor.split_batches.items()}},
+                "one device split": len(one.executor.split_batches),
+                "value": abs(a.value - b.value) / abs(b.value),
+                "grad": float(np.max(np.abs(a.grad_flat - b.grad_flat) / scale)),
+                "sims": float(np.max(np.abs(a.simulations - b.simulations)
+                                     / np.maximum(1.0, np.abs(b.simulations)))),
+            }}
+    # the disk cache stores and reloads the two-device objective
+    reference = load_problem(tmp / "lv17" / "problem.yaml", backend="jax").simulator(
+        cache=False).evaluate()
+    for i in range(2):
+        problem = load_problem(tmp / "lv17" / "problem.yaml", backend="jax")
+        sim = problem.simulator(cache_dir=tmp / "cache")
+        got = sim.evaluate()
+        out[f"cache {{i}}"] = {{"events": list(sim.cache.events),
+                              "value": abs(got.value - reference.value)}}
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("devices")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", CHILD.format(repo=str(REPO), tmp=str(tmp))],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse", "adjoint", "forward-ad"])
+def test_split_batch_equals_one_device(two_devices, mode):
+    got = two_devices[f"17 {mode}"]
+    assert got["devices"] == 2
+    assert got["split"] == {"0": 2}      # 17 experiments: two shares of 9 (one a copy)
+    assert got["one device split"] == 0
+    assert got["sims"] == 0.0            # the same numbers for every experiment
+    assert got["value"] <= 1e-13
+    assert got["grad"] <= 1e-10
+
+
+def test_small_batch_is_not_split(two_devices):
+    # 10 experiments on two devices: fewer than MIN_EXPERIMENTS_PER_DEVICE each
+    got = two_devices["10 reverse"]
+    assert got["devices"] == 2 and got["split"] == {}
+    assert got["value"] == 0.0 and got["sims"] == 0.0 and got["grad"] == 0.0
+
+
+def test_disk_cache_keeps_the_two_device_objective(two_devices):
+    assert two_devices["cache 0"]["events"] == ["exported"]
+    assert two_devices["cache 1"]["events"] == ["loaded"]
+    assert two_devices["cache 0"]["value"] <= 1e-13
+    assert two_devices["cache 1"]["value"] <= 1e-13
+
+
+def test_shares_rule():
+    from petab_sciml.backends.jax.devices import MIN_EXPERIMENTS_PER_DEVICE, shares
+
+    assert shares(1, 1000) == 1
+    assert shares(2, 2 * MIN_EXPERIMENTS_PER_DEVICE - 1) == 1
+    assert shares(2, 2 * MIN_EXPERIMENTS_PER_DEVICE) == 2
+    assert shares(4, 1000) == 4
+
+
+def test_use_cpu_cores_after_jax_started_names_the_fix():
+    import jax.numpy as jnp
+
+    from petab_sciml.backends.jax.devices import use_cpu_cores
+
+    jnp.zeros(1).block_until_ready()       # JAX has started in this process
+    with pytest.raises(RuntimeError, match="before JAX's first computation"):
+        use_cpu_cores(2)
+
+
+def test_more_devices_than_jax_has_is_an_error(tmp_path):
+    import jax
+
+    from petab_sciml.problem import load_problem
+    from tests.problems.scaled_lv import write_scaled_lv
+
+    problem = load_problem(write_scaled_lv(tmp_path, 2), backend="jax")
+    with pytest.raises(ValueError, match=f"JAX has {jax.local_device_count()} local"):
+        problem.simulator(cache=False, devices=jax.local_device_count() + 1)
