@@ -155,7 +155,7 @@ def hand_written(arrays, mech, mode: str, checkpoints: int | None, max_steps: in
         gamma = (w[4] @ h + w[5])[0]
         return jnp.stack([alpha * x[0] - beta * x[0] * x[1], gamma - delta * x[1]])
 
-    controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+    controller = diffrax.PIDController(rtol=1e-8, atol=1e-8, factormax=6.0)  # as ours
     solver = diffrax.Dopri8()
 
     def nll(xs):

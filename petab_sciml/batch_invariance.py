@@ -13,7 +13,9 @@ problem, whose 96 x 96 layer would need it for its batched and unbatched solves 
 the same bits: that layer in the ordered form made its JAX objective + gradient 2x
 slower for one experiment and 5x for 1,000; an elementwise product summed over the
 last axis is batch-invariant too but 8x slower than the library product at 1,000 rows,
-3x for one.  ``benchmarks/five_state_batch_roundoff.py --cost``.)
+3x for one.  ``benchmarks/five_state_batch_roundoff.py --cost``.  That problem's
+solves agree to 1e-12 without it since ``dopri8`` grows its steps at most 6x per step:
+its last-bit differences no longer reach the step sizes; ``simulation.FACTORMAX``.)
 """
 
 from __future__ import annotations

@@ -131,6 +131,18 @@ def test_batched_reverse_mode_compiler_options():
     assert js.compiler_options(54, "reverse", 100) == js.supported_compiler_options()
 
 
+def test_step_growth_limit_per_solver():
+    """``dopri8`` grows its steps at most 6x per step (DOP853's default), other solvers
+    by diffrax's 10x; an explicit ``factormax`` is kept."""
+    from petab_sciml.backends.jax.simulation import JaxOptions, step_controller
+
+    assert step_controller(JaxOptions()).factormax == 6.0
+    assert step_controller(JaxOptions(solver="tsit5")).factormax == 10.0
+    assert step_controller(JaxOptions(factormax=3.0)).factormax == 3.0
+    controller = step_controller(JaxOptions(rtol=1e-6, atol=1e-9))
+    assert (controller.rtol, controller.atol) == (1e-6, 1e-9)
+
+
 def test_adjoint_sensitivities_batched_and_unbatched(tmp_path):
     """``sensitivity="adjoint"`` (diffrax's BacksolveAdjoint, which takes no
     ``SaveAt(subs=...)``: the end state is saved as the last time point) runs batched and

@@ -6,7 +6,9 @@
   (``SaveAt(ts=...)``: outputs inside a step from diffrax's dense output).
 * Experiments with the same number of periods are solved together with ``jax.vmap``
   (measurement times padded to a common length; padded points are never read);
-  ``batch_experiments=False`` solves them one after another (``lax.map``).
+  ``batch_experiments=False`` solves them one after another (``lax.map``).  With
+  several JAX devices, large batches are split into one share per device
+  (``jax.shard_map``, ``devices.py``).
 * Pre-initialization networks run once per initial-condition group, before the solve;
   simulation networks run inside the right-hand side and at the measurement points.
 * Everything the objective depends on is an *argument* of the jitted function (the
@@ -172,6 +174,9 @@ class JaxOptions:
     problem at 1,000 experiments 2x faster.  Values unchanged bit for bit, gradients up
     to the order of a sum.  False: JAX's own derivative rules (for comparison)."""
 
+    factormax: float | None = None
+    """The largest factor by which one step may exceed the last (diffrax's
+    ``PIDController(factormax=)``); None: :data:`FACTORMAX` for the solver."""
     devices: int | None = None
     """Batched experiments are split into one share per device, each solved on its
     device (``backends/jax/devices.py``): this many of JAX's local devices, None: all
@@ -193,6 +198,29 @@ class JaxOptions:
             n_batch = n_batch if self.batch_experiments else 1
             return "forward" if n_parameters * n_batch <= FORWARD_MODE_MAX else "reverse"
         return self.sensitivity
+
+
+FACTORMAX = {"dopri8": 6.0}
+"""Default largest step growth per step, by solver (others: diffrax's 10).  ``dopri8``
+takes 6, the default of Hairer's DOP853 for the same method.  With 10, a smooth
+problem solved in a few large steps grows its steps by factors computed from error
+estimates that are rounding noise (below ~1e-7 of the tolerance), so one unit in the
+last place of the initial state moved the 5-state problem's solution by 9e-11 and its
+batched and unbatched solves ended 3.9e-9 apart in the objective; with 6 such growth
+is capped (6e-14, 6e-13 apart; one more step for half of its experiments:
+``benchmarks/five_state_batch_roundoff.py``)."""
+
+
+def step_controller(options: JaxOptions, norm: Any = None):
+    """The PID step-size controller of ``options`` (tolerances, :data:`FACTORMAX`)."""
+    import diffrax
+
+    factormax = options.factormax
+    if factormax is None:
+        factormax = FACTORMAX.get(options.solver.lower(), 10.0)
+    extra = {} if norm is None else {"norm": norm}
+    return diffrax.PIDController(rtol=options.rtol, atol=options.atol, factormax=factormax,
+                                 **extra)
 
 
 def _diffrax_solver(name: str, scan_kind: str | None = None):
@@ -681,7 +709,7 @@ class JaxExecutor:
             return diffrax.Event(cond)
 
         if self.sensitivity != "forward":
-            controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
+            controller = step_controller(opts)
             if self.sensitivity == "forward-ad":
                 adjoint = diffrax.ForwardMode()
             elif self.sensitivity == "adjoint":
@@ -766,7 +794,7 @@ class JaxExecutor:
             return jax.tree_util.tree_map(lambda a: a[-1], tree_)
 
         plain_term = diffrax.ODETerm(lambda t, x, a: field_p(t, x, *a))
-        controller = diffrax.PIDController(rtol=opts.rtol, atol=opts.atol)
+        controller = step_controller(opts)
 
         def aug(t, y, a):
             # the Jacobians below enter S, and S the step-size control: small networks'
@@ -1255,7 +1283,7 @@ def _solve_lanes(term_one, mask, lane_args, times, *, solver, adjoint, save, ok_
         rms = jnp.sqrt(squares / sum(v[0].size for v in parts))
         return jnp.max(jnp.where(jnp.isfinite(rms), rms, 0.0))
 
-    controller = diffrax.PIDController(rtol=options.rtol, atol=options.atol, norm=lane_norm)
+    controller = step_controller(options, norm=lane_norm)
     t0, t1, ts = times
     sol = diffeqsolve(
         diffrax.ODETerm(field), solver, t0, t1, None, x0, (p, arrays, outs_template),

@@ -1170,6 +1170,8 @@ class TorchExecutor:
                 o[j] = self._net_out(j, t, y, theta, o, arrays, params[j])
             return self.fns.rhs(t, y, theta, *o)
 
+        from petab_sciml.backends.torch.ode import MAX_FACTOR
+
         kwargs: dict[str, Any] = {}
         odeint = torchdiffeq.odeint
         if opts.sensitivity == "adjoint" and torch.is_grad_enabled():
@@ -1178,8 +1180,11 @@ class TorchExecutor:
             # the gradient with respect to w covers every path
             kwargs["adjoint_params"] = (w,) if w.requires_grad else ()
         try:
+            options = {"max_num_steps": opts.max_steps, "step_t": grid}
+            if opts.method.lower() in MAX_FACTOR:   # dopri8: the same growth limit
+                options["ifactor"] = MAX_FACTOR[opts.method.lower()]
             sol = odeint(func, x0, grid, rtol=opts.rtol, atol=opts.atol, method=opts.method,
-                         options={"max_num_steps": opts.max_steps, "step_t": grid}, **kwargs)
+                         options=options, **kwargs)
         except AssertionError:  # torchdiffeq: too many steps, step size underflow
             nan = x0 * float("nan")
             return nan.expand(where.numel(), n_x), nan, torch.zeros((), dtype=bool)
