@@ -3,9 +3,9 @@
 JAX fixes its devices at its first computation, so the two-device checks run in a
 child process that calls ``use_cpu_cores(2)`` first.  There every sensitivity mode is
 compared with the same problem on one device (``JaxOptions(devices=1)``): the same
-simulations to the last bits the batch size may move (an experiment is solved with the
-same numbers whatever else is in its batch), the same objective and gradient up to the
-order of their sums over experiments.
+simulations (an experiment is solved with the same numbers whatever else is in its
+batch, up to the last bits JAX 0.12 rounds differently per batch size), the same
+objective and gradient up to the order of their sums over experiments.
 """
 
 from __future__ import annotations
@@ -84,7 +84,10 @@ def test_split_batch_equals_one_device(two_devices, mode):
     assert got["devices"] == 2
     assert got["split"] == {"0": 2}      # 17 experiments: two shares of 9 (one a copy)
     assert got["one device split"] == 0
-    assert got["sims"] == 0.0            # the same numbers for every experiment
+    # the same numbers for every experiment: bit for bit with JAX 0.10; JAX 0.12 fuses
+    # some multiply-adds differently per batch size (tests/test_batch_invariance.py):
+    # 7e-15 there
+    assert got["sims"] <= 1e-13
     assert got["value"] <= 1e-13
     assert got["grad"] <= 1e-10
 

@@ -214,8 +214,11 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     # reach the data-generating value on Python 3.11 and on 3.12 (with only 3 starts the
     # 3.12 environment's L-BFGS-B left two in local optima)
     assert sum(r.fval < f_truth + 1.0 for r in runs) >= 2
-    assert best.fval == pytest.approx(problem.objective(pp.objective.parameters(best.x)),
-                                      rel=1e-9)
+    # pyPESTO's value at the optimum is the objective at the parameters it names (the
+    # value of the value-and-gradient path: the value-only path takes other steps, in
+    # forward mode, and this sum of ~1e3 cancels to ~-39, so they differ by ~3e-8 here)
+    assert best.fval == pytest.approx(
+        problem.value_and_grad(pp.objective.parameters(best.x))[0], rel=1e-12)
     # fides (trust region, BFGS) from the best point goes on from there
     pp.set_x_guesses(best.x[None, :])
     fides = optimize.minimize(pp, optimize.FidesOptimizer(options={"maxiter": 30}),

@@ -230,7 +230,12 @@ def _simulator(path: Path, backend: str, cache_dir: Path):
 # ------------------------------------------------------------------ semantics
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_decay_problem_matches_scipy_reference(decay_problem, cache_dir, backend):
-    problem, sim = _simulator(decay_problem, backend, cache_dir)
+    problem, _ = _simulator(decay_problem, backend, cache_dir)
+    # PEtab semantics against scipy at 1e-12: our solves at 1e-10, so that their own
+    # error (outputs inside steps come from dopri8's dense output, whose error exceeds
+    # the tolerance: 1.4e-7 at the default 1e-8 here) stays below the 1e-7 compared
+    opts = {"cache_dir": cache_dir} if backend == "jax" else {}
+    sim = problem.simulator(rtol=1e-10, atol=1e-10, **opts)
     assert sim.parameter_ids == ("k1", "k2", "k2b", "scale", "sigmaB")
     p = problem.parameters()
     np.testing.assert_allclose(p["mech"], MECH0)
