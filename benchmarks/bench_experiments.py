@@ -109,7 +109,7 @@ def baseline(problem_dir: Path, n: int):
 def hand_written_value_and_grad(rhs, sigma: float, observed=None):
     """The hand-written baseline's jitted ``value_and_grad`` of the normal negative
     log-likelihood: ``rhs(t, x, theta)`` solved by diffrax (Dopri8, PID, rtol = atol =
-    1e-8, steps growing at most 6x per step as ours: ``simulation.FACTORMAX``) per
+    1e-8, steps growing at most 6x per step as ours: ``simulation.steps.MAX_STEP_GROWTH``) per
     experiment under one ``vmap``, on padded time grids (``mask`` 0 on padding),
     the states at positions ``observed`` (all when None) compared with the data.
     Called as ``fn(theta, (x0, ts, mask, y))``."""

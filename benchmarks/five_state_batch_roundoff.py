@@ -14,7 +14,7 @@
    problem's) and with fixed steps.  With diffrax's default growth limit (10x per
    step) the first steps grow by factors computed from error estimates at rounding
    level, so a last-bit difference moved the solution by ~1e-10, not ~1e-16; with
-   6x (DOP853's default, ours for ``dopri8``: ``simulation.FACTORMAX``) that growth
+   6x (DOP853's default, ours for ``dopri8``: ``simulation.steps.MAX_STEP_GROWTH``) that growth
    is capped and the solution moves by ~1e-13.
 3. The hand-written diffrax solve of 6 experiments, ``vmap`` against ``lax.map``, with
    both growth limits.
@@ -100,7 +100,7 @@ def main() -> None:
 
     ulp = x0[0] * (1 + np.finfo(np.float64).eps)
     # diffrax's default step growth (10x per step at most) and ours for dopri8 (6x,
-    # simulation.FACTORMAX): with 10 the growth factors of this problem's first steps
+    # simulation.steps.MAX_STEP_GROWTH): with 10 the growth factors of this problem's first steps
     # come from error estimates at rounding level
     for label, dt0, fmax in (("adaptive steps, growth <= 10x", None, 10.0),
                              ("adaptive steps, growth <= 6x (ours)", None, 6.0),

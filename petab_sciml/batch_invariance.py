@@ -15,7 +15,7 @@ slower for one experiment and 5x for 1,000; an elementwise product summed over t
 last axis is batch-invariant too but 8x slower than the library product at 1,000 rows,
 3x for one.  ``benchmarks/five_state_batch_roundoff.py --cost``.  That problem's
 solves agree to 1e-12 without it since ``dopri8`` grows its steps at most 6x per step:
-its last-bit differences no longer reach the step sizes; ``simulation.FACTORMAX``.)
+its last-bit differences no longer reach the step sizes; ``simulation.steps.MAX_STEP_GROWTH``.)
 """
 
 from __future__ import annotations

@@ -261,7 +261,8 @@ def test_five_state_autograd_batched_equals_unbatched_torch(tmp_path):
     """Issue 17 on the 5-state problem (a 5-96-96-1 network in the right-hand side):
     back-propagation through one batched solve against each experiment solved alone,
     to 1e-10.  With torchdiffeq's step growth of up to 10x per step they were 9e-8
-    apart (growth factors from error estimates at rounding level; ``ode.MAX_FACTOR``)."""
+    apart (growth factors from error estimates at rounding level;
+    ``petab_sciml.simulation.steps``)."""
     from petab_sciml.backends.torch.ode import max_factor
     from petab_sciml.problem import load_problem
     from tests.problems.five_state import write_five_state

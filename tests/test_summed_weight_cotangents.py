@@ -168,7 +168,7 @@ def test_five_state_problem_gradient_with_and_without_the_switch(five_state):
 def test_five_state_problem_batched_equals_unbatched(five_state):
     """Issue 17: batched == unbatched to 1e-10.  With diffrax's step growth of up to
     10x per step they were 3.9e-9 (value) and 2.9e-10 (gradient) apart: growth factors
-    computed from error estimates at rounding level (``simulation.FACTORMAX``)."""
+    computed from error estimates at rounding level (``simulation.steps.MAX_STEP_GROWTH``)."""
     got, alone = five_state["summed"], five_state["unbatched"]
     g, a = got.grad_flat, alone.grad_flat
     assert abs(got.value - alone.value) / abs(alone.value) < 1e-10

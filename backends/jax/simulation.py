@@ -176,7 +176,8 @@ class JaxOptions:
 
     factormax: float | None = None
     """The largest factor by which one step may exceed the last (diffrax's
-    ``PIDController(factormax=)``); None: :data:`FACTORMAX` for the solver."""
+    ``PIDController(factormax=)``); None: the solver's
+    (``petab_sciml.simulation.steps.max_step_growth``)."""
     devices: int | None = None
     """Batched experiments are split into one share per device, each solved on its
     device (``backends/jax/devices.py``): this many of JAX's local devices, None: all
@@ -200,24 +201,16 @@ class JaxOptions:
         return self.sensitivity
 
 
-FACTORMAX = {"dopri8": 6.0}
-"""Default largest step growth per step, by solver (others: diffrax's 10).  ``dopri8``
-takes 6, the default of Hairer's DOP853 for the same method.  With 10, a smooth
-problem solved in a few large steps grows its steps by factors computed from error
-estimates that are rounding noise (below ~1e-7 of the tolerance), so one unit in the
-last place of the initial state moved the 5-state problem's solution by 9e-11 and its
-batched and unbatched solves ended 3.9e-9 apart in the objective; with 6 such growth
-is capped (6e-14, 6e-13 apart; one more step for half of its experiments:
-``benchmarks/five_state_batch_roundoff.py``)."""
-
-
 def step_controller(options: JaxOptions, norm: Any = None):
-    """The PID step-size controller of ``options`` (tolerances, :data:`FACTORMAX`)."""
+    """The PID step-size controller of ``options``: tolerances and the largest step
+    growth (``petab_sciml.simulation.steps.max_step_growth``: 6x for ``dopri8``)."""
     import diffrax
+
+    from petab_sciml.simulation.steps import max_step_growth
 
     factormax = options.factormax
     if factormax is None:
-        factormax = FACTORMAX.get(options.solver.lower(), 10.0)
+        factormax = max_step_growth(options.solver)
     extra = {} if norm is None else {"norm": norm}
     return diffrax.PIDController(rtol=options.rtol, atol=options.atol, factormax=factormax,
                                  **extra)

@@ -37,17 +37,15 @@ from typing import Any
 import torch
 
 SAFETY, IFACTOR, DFACTOR = 0.9, 10.0, 0.2
-MAX_FACTOR = {"dopri8": 6.0}
-"""The largest step growth per step by method (others: :data:`IFACTOR`, torchdiffeq's).
-``dopri8`` takes 6, DOP853's default and the JAX backend's (``simulation.FACTORMAX``:
-growth factors computed from error estimates at rounding level otherwise make the
-steps, and so the results, turn on last bits; the 5-state problem's batched and
-unbatched autograd solves: 9e-8 apart in the objective with 10, 2e-12 with 6)."""
 
 
 def max_factor(method: str) -> float:
-    """The largest step growth per step of ``method`` (:data:`MAX_FACTOR`)."""
-    return MAX_FACTOR.get(method.lower(), IFACTOR)
+    """The largest step growth per step of ``method``
+    (``petab_sciml.simulation.steps.max_step_growth``: 6x for ``dopri8``, else
+    torchdiffeq's :data:`IFACTOR`)."""
+    from petab_sciml.simulation.steps import max_step_growth
+
+    return max_step_growth(method)
 
 
 @dataclass(frozen=True)

@@ -1170,7 +1170,7 @@ class TorchExecutor:
                 o[j] = self._net_out(j, t, y, theta, o, arrays, params[j])
             return self.fns.rhs(t, y, theta, *o)
 
-        from petab_sciml.backends.torch.ode import MAX_FACTOR
+        from petab_sciml.simulation.steps import MAX_STEP_GROWTH
 
         kwargs: dict[str, Any] = {}
         odeint = torchdiffeq.odeint
@@ -1181,8 +1181,8 @@ class TorchExecutor:
             kwargs["adjoint_params"] = (w,) if w.requires_grad else ()
         try:
             options = {"max_num_steps": opts.max_steps, "step_t": grid}
-            if opts.method.lower() in MAX_FACTOR:   # dopri8: the same growth limit
-                options["ifactor"] = MAX_FACTOR[opts.method.lower()]
+            if opts.method.lower() in MAX_STEP_GROWTH:   # dopri8: the same growth limit
+                options["ifactor"] = MAX_STEP_GROWTH[opts.method.lower()]
             sol = odeint(func, x0, grid, rtol=opts.rtol, atol=opts.atol, method=opts.method,
                          options=options, **kwargs)
         except AssertionError:  # torchdiffeq: too many steps, step size underflow
