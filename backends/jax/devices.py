@@ -61,7 +61,8 @@ def use_cpu_cores(n: int | None = None) -> int:
 def experiment_devices(requested: int | None) -> list[Any]:
     """The devices batched experiments are spread over: ``requested`` (``JaxOptions.
     devices``) first local devices of JAX's default backend, None: all of them.
-    One device, or a JAX without ``shard_map``, means no split."""
+    One device means no split; so does a JAX without ``jax.shard_map`` (with a
+    warning)."""
     import jax
 
     devices = jax.local_devices()
@@ -71,6 +72,11 @@ def experiment_devices(requested: int | None) -> list[Any]:
                              f"local device(s) (use_cpu_cores() gives it one per core)")
         devices = devices[:requested]
     if len(devices) > 1 and not callable(getattr(jax, "shard_map", None)):
+        import warnings
+
+        warnings.warn(f"JAX {jax.__version__} has no jax.shard_map: batches of experiments "
+                      f"are not split over its {len(devices)} devices (newer JAX releases have it)",
+                      RuntimeWarning, stacklevel=3)
         return devices[:1]
     return list(devices)
 
