@@ -8,15 +8,16 @@ and masked, Gaussian negative log-likelihood, ``jax.value_and_grad`` (diffrax's 
 array.
 
     python benchmarks/bench_experiments.py [--sizes 1 10 100 1000] [--repeats 7]
-                                           [--unbatched 1 10 100] [--cores 2]
+                                           [--unbatched 1 10 100] [--cores 1]
 
 Prints min / median ms per objective + gradient for ours and the baseline, ours / one
 experiment, ours / baseline, and the largest relative difference between the two
 objective values and gradients (the same computation: it should be ~1e-9 or below).
 ``--unbatched`` also times our ``batch_experiments=False`` path at those sizes.
-``--cores N`` gives JAX one CPU device per core (``use_cpu_cores(N)``): ours then splits
-batches of experiments over them (``backends/jax/devices.py``); the hand-written
-baseline stays on one device, as written.
+JAX gets one CPU device per core (the backend's default, ``backends/jax/devices.py``):
+ours splits large batches of experiments over them; the hand-written baseline stays
+on one device, as written.  ``--cores N`` gives JAX N CPU devices instead
+(``use_cpu_cores(N)``; ``--cores 1``: one device, nothing split).
 Everything is measured in one run (each size in a fresh process), ours and the baseline
 called in turn; CPU load from other processes inflates every figure.
 """
@@ -185,7 +186,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--unbatched", type=int, nargs="*", default=[])
     parser.add_argument("--cores", type=int, default=0,
-                        help="JAX CPU devices (0: JAX's default, one)")
+                        help="JAX CPU devices (0: backend default, one per core; 1: no split)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:

@@ -15,15 +15,17 @@ respect to every parameter, float64, ``dopri8``, ``rtol = atol = 1e-8``.
   through its steps.
 
     python benchmarks/bench_five_state.py [--sizes 1 10 100 1000] [--repeats 5]
-                                          [--backends jax torch] [--cores 2]
+                                          [--backends jax torch] [--cores 1]
 
-``--cores N`` gives JAX one CPU device per core (``use_cpu_cores(N)``): ours then splits
-batches of experiments over them (``backends/jax/devices.py``); the hand-written
-baseline stays on one device, as written.  Each size and backend runs in a fresh
-process; ours and the baseline are called in turn (order alternating).  Prints min /
-median ms, ours / one experiment, baseline / one experiment, ours / baseline and the
-largest relative difference between ours and the baseline (value and gradient: same
-problem, different step sequences, so ~1e-6).
+JAX gets one CPU device per core (the backend's default, ``backends/jax/devices.py``):
+ours splits large batches of experiments over them; the hand-written baseline stays
+on one device, as written.  ``--cores N`` gives JAX N CPU devices instead
+(``use_cpu_cores(N)``; ``--cores 1``: one device, nothing split).
+
+Each size and backend runs in a fresh process; ours and the baseline are called in
+turn (order alternating).  Prints min / median ms, ours / one experiment, baseline /
+one experiment, ours / baseline and the largest relative difference between ours and
+the baseline (value and gradient: same problem, different step sequences, so ~1e-6).
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backends", nargs="+", default=["jax", "torch"])
     parser.add_argument("--cores", type=int, default=0,
-                        help="JAX CPU devices (0: JAX's default, one)")
+                        help="JAX CPU devices (0: backend default, one per core; 1: no split)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:

@@ -53,6 +53,20 @@ def restore_x64():
     jax.config.update("jax_enable_x64", previous)
 
 
+# The JAX backend gives JAX one CPU device per core when it is first used before JAX
+# has computed (backends/jax/devices.py).  Which test first touches JAX depends on the
+# order tests run in, so every test process makes that choice here, at its start: the
+# backend's default, whatever the order.
+try:
+    import jax  # noqa: F401
+except ImportError:
+    pass
+else:
+    from petab_sciml.backends.jax.devices import use_cpu_cores_by_default
+
+    use_cpu_cores_by_default()
+
+
 # CI runs property-based tests with a fixed seed so a submission's result is reproducible;
 # locally they explore new examples on every run.
 if os.environ.get("CI"):

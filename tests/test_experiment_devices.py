@@ -116,13 +116,14 @@ def test_shares_rule():
 
 
 def test_use_cpu_cores_after_jax_started_names_the_fix():
+    import jax
     import jax.numpy as jnp
 
     from petab_sciml.backends.jax.devices import use_cpu_cores
 
     jnp.zeros(1).block_until_ready()       # JAX has started in this process
     with pytest.raises(RuntimeError, match="before JAX's first computation"):
-        use_cpu_cores(2)
+        use_cpu_cores(jax.local_device_count() + 1)
 
 
 def test_more_devices_than_jax_has_is_an_error(tmp_path):
@@ -134,3 +135,59 @@ def test_more_devices_than_jax_has_is_an_error(tmp_path):
     problem = load_problem(write_scaled_lv(tmp_path, 2), backend="jax")
     with pytest.raises(ValueError, match=f"JAX has {jax.local_device_count()} local"):
         problem.simulator(cache=False, devices=jax.local_device_count() + 1)
+
+
+DEFAULT_CHILD = textwrap.dedent("""
+    import json, sys, tempfile
+    from pathlib import Path
+    sys.path.insert(0, {repo!r})
+    before = sys.argv[1]
+    if before == "computed":
+        import jax.numpy as jnp
+        jnp.zeros(1).block_until_ready()
+    elif before == "use_cpu_cores(1)":
+        from petab_sciml.backends.jax import use_cpu_cores
+        use_cpu_cores(1)
+    from petab_sciml.problem import load_problem
+    from tests.problems.scaled_lv import write_scaled_lv
+    problem = load_problem(write_scaled_lv(Path(tempfile.mkdtemp()) / "lv", 20),
+                           backend="jax")
+    sim = problem.simulator(cache=False)
+    sim.evaluate()
+    import jax
+    print(json.dumps({{"jax devices": jax.local_device_count(),
+                      "executor devices": len(sim.executor.devices),
+                      "split": {{str(k): v for k, v in sim.executor.split_batches.items()}}}}))
+""")
+
+
+def _default_child(before: str, **env_extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env.update(env_extra)
+    done = subprocess.run([sys.executable, "-c", DEFAULT_CHILD.format(repo=str(REPO)), before],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_backend_gives_jax_one_cpu_device_per_core_by_default():
+    from petab_sciml.backends.jax.devices import available_cores
+
+    cores = available_cores()
+    got = _default_child("nothing")
+    assert got["jax devices"] == cores
+    assert got["executor devices"] == cores
+    # 20 experiments: split when two devices get at least 8 each
+    # (3 or more devices: fewer than 8 each, not split)
+    assert got["split"] == ({"0": 2} if cores == 2 else {})
+
+
+@pytest.mark.parametrize("before, env", [
+    ("nothing", {"JAX_NUM_CPU_DEVICES": "1"}),
+    ("nothing", {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}),
+    ("use_cpu_cores(1)", {}),
+    ("computed", {}),      # JAX computed before the backend was used: its devices stay
+])
+def test_users_device_count_is_left_alone(before, env):
+    got = _default_child(before, **env)
+    assert got == {"jax devices": 1, "executor devices": 1, "split": {}}

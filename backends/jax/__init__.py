@@ -10,8 +10,10 @@ Public names (loaded lazily):
   (an ``equinox.Module``),
 * ``make_forward(network_or_model, train=False, dtype=)`` — ``(fn, params)``, a pure
   forward function of ``(params, inputs)`` to jit once or call inside jitted code,
-* ``use_cpu_cores(n=None)`` — one JAX CPU device per core, so that batches of
-  experiments are split over the cores (call before JAX's first computation),
+* ``use_cpu_cores(n=None)`` — one JAX CPU device per core (``n``), so that batches of
+  experiments are split over the cores; the backend does this itself when it is first
+  used before JAX has computed (``devices.use_cpu_cores_by_default``), unless the
+  user set JAX's CPU device count (``JAX_NUM_CPU_DEVICES=1``: no split),
 * ``JaxModel``, ``JaxNet``, ``JaxBackend``.
 """
 
@@ -33,6 +35,8 @@ def _load(submodule: str) -> Any:
     require("equinox", "jax")
     import importlib
 
+    # before anything here computes: one JAX CPU device per core (devices.py)
+    importlib.import_module(f"{__name__}.devices").use_cpu_cores_by_default()
     return importlib.import_module(f"{__name__}.{submodule}")
 
 

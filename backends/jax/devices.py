@@ -2,21 +2,28 @@
 
 XLA on a CPU runs one batched solve on one core: its products of a few hundred rows
 are too small to split over threads.  Given several devices (on a CPU: one per core,
-:func:`use_cpu_cores`), the executor splits a batch of experiments into equal shares,
+:func:`use_cpu_cores_by_default`), the executor splits a batch of experiments into equal shares,
 one per device, with ``jax.shard_map``: every device solves its share as one batched
 solve (``vmap``), with its own loops and no exchange between devices until the
 solves end; the gradient's sums over the shares are added at the end.  The 5-state
-problem at 100 experiments on the 2-core machine: 25.8 instead of 45.8 ms (objective +
+problem at 100 experiments on the 2-core machine: 27.7 instead of 51.2 ms (objective +
 gradient), the Lotka-Volterra table 15 instead of 25 ms (``benchmarks/
-bench_five_state.py --cores``, ``bench_experiments.py --cores``).
+bench_five_state.py``, ``bench_experiments.py``; ``--cores 1``: one device).
 
 Every experiment is solved with the same numbers as in one batch (its solve does not
 depend on the other rows of its batch); the objective and gradient change only by the
 order of their sums over experiments.
 
-JAX gives a CPU one device unless told otherwise before its first computation, so by
-default nothing is split; :func:`use_cpu_cores` (or ``jax.config.update(
-"jax_num_cpu_devices", n)`` right after ``import jax``) turns it on for a process.
+JAX gives a CPU one device unless told otherwise before its first computation.  So
+the JAX backend, when it is first used and JAX has not computed anything yet, gives
+JAX one CPU device per core (:func:`use_cpu_cores_by_default`), as it switches on
+float64: a process-wide JAX setting, chosen because the split halves the cost of large
+batches on a 2-core machine and changes nothing else (arrays and computations stay on
+the first device unless placed elsewhere; ``jax.devices()`` lists one CPU device per
+core).  Set by the user, it is left alone: ``JAX_NUM_CPU_DEVICES=1`` in the
+environment, ``jax.config.update("jax_num_cpu_devices", n)`` or :func:`use_cpu_cores`
+``(n)`` before using the backend, or ``--xla_force_host_platform_device_count`` in
+``XLA_FLAGS``.  A process whose JAX has already computed keeps its devices.
 """
 
 from __future__ import annotations
@@ -30,22 +37,23 @@ from typing import Any
 MIN_EXPERIMENTS_PER_DEVICE = 8
 """A batch is split only when every device gets at least this many experiments.  The
 split costs a fixed synchronisation per call (the 5-state problem at 10 experiments on
-two devices: 7.7 against 7.2 ms unsplit; at 100: 25.8 against 45.8 ms)."""
+two devices: 7.7 against 7.2 ms unsplit; at 100: 27.7 against 51.2 ms)."""
 
 _LOCK = threading.RLock()
 
 
 def use_cpu_cores(n: int | None = None) -> int:
     """Give JAX one CPU device per core (``n``, default: the cores this process may
-    run on), so that batched experiments are spread over them.  Call it before JAX's
-    first computation (JAX fixes its devices then); returns the number of devices.
+    run on), so that batched experiments are spread over them.  The backend does this
+    itself (:func:`use_cpu_cores_by_default`); call it to choose ``n`` (``1``: no
+    split), before JAX's first computation (JAX fixes its devices then).  Returns the
+    number of devices.
 
     Raises ``RuntimeError`` (naming the fix) when JAX has already started."""
     import jax
 
     if n is None:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-            (os.cpu_count() or 1)
+        n = available_cores()
     if n < 1:
         raise ValueError(f"use_cpu_cores: n must be at least 1, got {n}")
     try:
@@ -56,6 +64,42 @@ def use_cpu_cores(n: int | None = None) -> int:
             f"started with {jax.local_device_count()} device(s)); call it right after "
             "importing petab_sciml, before loading or simulating a problem") from err
     return int(n)
+
+
+_DEFAULT_CHECKED = False
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def use_cpu_cores_by_default() -> int | None:
+    """Give JAX one CPU device per available core unless the user chose its CPU device
+    count or JAX has already computed; checked once per process, called by the JAX
+    backend before its first computation.  Returns the number of CPU devices set, or
+    None when JAX's setting was left as it was (see the module docstring)."""
+    global _DEFAULT_CHECKED
+    with _LOCK:
+        if _DEFAULT_CHECKED:
+            return None
+        _DEFAULT_CHECKED = True
+        import jax
+
+        if getattr(jax.config, "jax_num_cpu_devices", None) != -1:
+            return None     # the user's choice (or a JAX without that option)
+        if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+            return None
+        n = available_cores()
+        if n < 2:
+            return None
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            return None     # JAX has already computed: its devices are fixed
+        return n
 
 
 def experiment_devices(requested: int | None) -> list[Any]:

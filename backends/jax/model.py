@@ -54,6 +54,11 @@ def check_dtype(dtype: Any) -> str:
     name = jnp.dtype(dtype).name if not isinstance(dtype, str) else dtype
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    # the backend's process-wide JAX settings, made before its first computation:
+    # one CPU device per core (devices.py) and float64 when asked for
+    from .devices import use_cpu_cores_by_default
+
+    use_cpu_cores_by_default()
     if name == "float64" and not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)
     return name

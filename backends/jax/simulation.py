@@ -181,8 +181,9 @@ class JaxOptions:
     devices: int | None = None
     """Batched experiments are split into one share per device, each solved on its
     device (``backends/jax/devices.py``): this many of JAX's local devices, None: all
-    of them.  JAX gives a CPU one device unless ``petab_sciml.backends.jax.devices.
-    use_cpu_cores()`` ran before its first computation; batches with fewer than
+    of them.  On a CPU the backend gives JAX one device per core unless the user set
+    JAX's device count or JAX computed before the backend was first used
+    (``devices.use_cpu_cores_by_default``); batches with fewer than
     ``MIN_EXPERIMENTS_PER_DEVICE`` experiments per device are not split."""
 
     def resolved_sensitivity(self, n_parameters: int, n_batch: int = 1) -> str:

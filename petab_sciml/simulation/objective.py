@@ -63,8 +63,8 @@ class Simulator:
     solve; False: one after another), ``summed_weight_cotangents`` (reverse mode,
     default True: cotangents of network weights shared by a batch summed as one
     product; False: JAX's own rules), ``devices`` (batches of experiments split over
-    this many JAX devices, default all: one unless ``backends.jax.devices.
-    use_cpu_cores()`` gave JAX one per core); PyTorch
+    this many JAX devices, default all: one per CPU core unless the user set JAX's
+    device count, ``backends/jax/devices.py``); PyTorch
     ``method`` (``dopri5``, ...), ``rtol``, ``atol``, ``adjoint``, ``max_steps``.  JAX
     also takes ``cache`` (True/False) and ``cache_dir`` for the cross-process cache.
     """
