@@ -2,10 +2,10 @@
 
 XLA on a CPU runs one batched solve on one core: its products of a few hundred rows
 are too small to split over threads.  Given several devices (on a CPU: one per core,
-:func:`use_cpu_cores_by_default`), the executor splits a batch of experiments into equal shares,
-one per device, with ``jax.shard_map``: every device solves its share as one batched
-solve (``vmap``), with its own loops and no exchange between devices until the
-solves end; the gradient's sums over the shares are added at the end.  The 5-state
+:func:`use_cpu_cores_by_default`), the executor splits a batch of experiments into
+equal shares, one per device, with ``jax.shard_map``: every device solves its share
+as one batched solve (``vmap``), with its own loops and no exchange between devices
+until the solves end; the gradient's sums over the shares are added at the end.  The 5-state
 problem at 100 experiments on the 2-core machine: 27.7 instead of 51.2 ms (objective +
 gradient), the Lotka-Volterra table 15 instead of 25 ms (``benchmarks/
 bench_five_state.py``, ``bench_experiments.py``; ``--cores 1``: one device).
