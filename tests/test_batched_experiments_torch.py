@@ -262,11 +262,11 @@ def test_five_state_autograd_batched_equals_unbatched_torch(tmp_path):
     to 1e-10.  With torchdiffeq's step growth of up to 10x per step they were 9e-8
     apart (growth factors from error estimates at rounding level;
     ``petab_sciml.simulation.steps``)."""
-    from petab_sciml.backends.torch.ode import max_factor
     from petab_sciml.problem import load_problem
+    from petab_sciml.simulation.steps import max_step_growth
     from tests.problems.five_state import write_five_state
 
-    assert max_factor("dopri8") == 6.0 and max_factor("dopri5") == 10.0
+    assert max_step_growth("dopri8") == 6.0 and max_step_growth("dopri5") == 10.0
     problem = load_problem(write_five_state(tmp_path, 6), backend="torch")
     batched = problem.simulator(sensitivity="autograd")
     unbatched = problem.simulator(sensitivity="autograd", batch_experiments=False)

@@ -36,16 +36,11 @@ from typing import Any
 
 import torch
 
-SAFETY, IFACTOR, DFACTOR = 0.9, 10.0, 0.2
+from petab_sciml.simulation.steps import max_step_growth
 
-
-def max_factor(method: str) -> float:
-    """The largest step growth per step of ``method``
-    (``petab_sciml.simulation.steps.max_step_growth``: 6x for ``dopri8``, else
-    torchdiffeq's :data:`IFACTOR`)."""
-    from petab_sciml.simulation.steps import max_step_growth
-
-    return max_step_growth(method)
+# torchdiffeq's step-size constants; the largest growth per step is per method
+# (max_step_growth: 6x for dopri8, else torchdiffeq's 10x)
+SAFETY, DFACTOR = 0.9, 0.2
 
 
 @dataclass(frozen=True)
@@ -251,7 +246,7 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python",
     tab = tableau(options.method)
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
     inv_order = 1.0 / tab.order
-    ifactor = max_factor(tab.name)
+    ifactor = max_step_growth(tab.name)
 
     def solve(y0, t0, t1, ts, args):
         n_out = ts.shape[0]
@@ -451,7 +446,7 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     dense = None
     rtol, atol, max_steps = float(options.rtol), float(options.atol), int(options.max_steps)
     inv_order = 1.0 / tab.order
-    ifactor = max_factor(tab.name)
+    ifactor = max_step_growth(tab.name)
 
     def step(t, y, f0, h, args, coeffs):
         hc = h[:, None]
