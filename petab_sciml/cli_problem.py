@@ -87,19 +87,29 @@ def _print_issues(report) -> None:
 
 
 @click.command("info")
-@click.argument("problem", type=_PROBLEM)
+@click.argument("problem", type=_PROBLEM, required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--trust-code", "--trust", "trust_code", is_flag=True,
               help="Load networks whose format runs code (torchscript, pytorch).")
+@click.option("--versions", is_flag=True,
+              help="Print the versions of Python, JAX, diffrax, PyTorch, ... in use.")
 @limit_option
-def info(problem: Path, as_json: bool, trust_code: bool, limits: dict[str, int]) -> None:
+def info(problem: Path | None, as_json: bool, trust_code: bool, versions: bool,
+         limits: dict[str, int]) -> None:
     """Show a problem's networks and every parameter-table row, resolved.
 
-    Exits 1 if the problem is invalid (run validate for the issues).
+    Exits 1 if the problem is invalid (run validate for the issues).  With
+    ``--versions`` (PROBLEM optional) it prints the library versions in use first.
     """
     from petab_sciml.limits import use_limits
     from petab_sciml.problem.info import problem_info
 
+    if versions:
+        _print_versions(as_json and problem is None)
+    if problem is None:
+        if not versions:
+            raise click.UsageError("give a PROBLEM (or --versions)")
+        return
     with use_limits(**limits):
         data = problem_info(problem, trust_code=trust_code)
     if as_json:
@@ -107,6 +117,17 @@ def info(problem: Path, as_json: bool, trust_code: bool, limits: dict[str, int])
     else:
         _print_info(data)
     sys.exit(0 if data["valid"] else 1)
+
+
+def _print_versions(as_json: bool) -> None:
+    from petab_sciml.versions import installed_versions
+
+    found = installed_versions()
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    for name, version in found.items():
+        click.echo(f"{name:20} {version or '(not installed)'}")
 
 
 def _fmt(value) -> str:
