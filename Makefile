@@ -58,6 +58,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
+# The maintained benchmarks are benchmarks/bench_*.py (their figures:
+# benchmarks/FIGURES.md); benchmarks/investigations/ and the other scripts are not run.
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
