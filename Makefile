@@ -91,6 +91,8 @@ test-fast: $(STAMP)
 venv-path:
 	@echo $(VENV)
 
+# The maintained benchmarks are benchmarks/bench_*.py (their figures:
+# benchmarks/FIGURES.md); benchmarks/investigations/ and the other scripts are not run.
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 

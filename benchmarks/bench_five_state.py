@@ -1,8 +1,8 @@
-"""Many experiments with a large network inside the ODE, in both backends (issue 17
-point 3): a 5-state UDE whose inflow is an MLP 5-96-96-1 of the states (9,985 network
-parameters plus 5 rates, ``tests/problems/five_state.py``), scaled to 1-1,000
-experiments (own initial condition and time grid each).  Objective + gradient with
-respect to every parameter, float64, ``dopri8``, ``rtol = atol = 1e-8``.
+"""Many experiments with a large network inside the ODE, in both backends: a 5-state
+UDE whose inflow is an MLP 5-96-96-1 of the states (9,985 network parameters plus 5
+rates, ``tests/problems/five_state.py``), scaled to 1-1,000 experiments (own initial
+condition and time grid each).  Objective + gradient with respect to every parameter,
+float64, ``dopri8``, ``rtol = atol = 1e-8``.
 
 * JAX: ours (``Simulator.evaluate``; ``auto`` picks reverse mode here) against a
   hand-written diffrax objective: one ``vmap`` over experiments of ``diffeqsolve``

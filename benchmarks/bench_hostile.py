@@ -1,4 +1,4 @@
-"""Time and memory of every command of the hostile-input corpus (issues 14 and 16).
+"""Time and memory of every command of the hostile-input corpus.
 
 For each run of ``tests/hostile.py``: wall time, CPU time and peak memory of the command
 (a fresh process), with the ratio of wall time to the same command on the valid base

@@ -1,4 +1,4 @@
-"""The native trainable models (issue 11): what a training step costs, measured in one run.
+"""The native trainable models: what a training step costs, measured in one run.
 
     python benchmarks/bench_native.py [--cases 001 002 004] [--evals 20] [--starts 16]
                                       [--no-torch-compile] [--no-torch] [--json]
@@ -80,8 +80,8 @@ def bench_jax(path: Path, evals: int, starts: int) -> dict:
         jax.block_until_ready(step(model, state)[2])
 
     # the same step under plain jax.jit of the model's arrays (eqx.partition / combine):
-    # the loss's own cost, without eqx.filter_jit's per-call Python dispatch (~0.1 ms,
-    # equinox's, the same for any module)
+    # the loss's own cost, without eqx.filter_jit's per-call Python dispatch (equinox's,
+    # the same for any module)
     arrays, static = eqx.partition(model, eqx.is_inexact_array)
 
     @jax.jit

@@ -20,9 +20,9 @@ Every measurement runs in a fresh subprocess:
   simulator, imports excluded.
 
 When AMICI is importable, its JAX path runs on the same cases in the same run and the
-ratios are printed against it; otherwise the ratios use the figures quoted in the issue
-(AMICI on this kind of machine: 0.29-0.55 s per objective+gradient, 14-23 s first call),
-marked as such.  CPU load from other processes inflates every figure; the CPU time of
+ratios are printed against it; otherwise against reference figures of AMICI on this
+kind of machine (``AMICI_REFERENCE``: 0.29-0.55 s per objective+gradient, 14-23 s first
+call), marked as such.  CPU load from other processes inflates every figure; the CPU time of
 the process is printed next to the wall time.
 """
 
@@ -215,7 +215,7 @@ def _print(rows: list[dict], amici: bool) -> None:
     else:
         lo, hi = AMICI_REFERENCE["eval"]
         flo, fhi = AMICI_REFERENCE["first"]
-        print("AMICI is not importable here: ratios use the issue's AMICI figures "
+        print("AMICI is not importable here: ratios use reference AMICI figures "
               f"({lo}-{hi} s per evaluation, {flo:.0f}-{fhi:.0f} s first call), not a "
               "measurement (higher is better):")
     for case, results in by_case.items():

@@ -1,5 +1,5 @@
-"""PyTorch: experiments solved as one batched solve against one after another (issue 17
-point 1), on the bundled Lotka-Volterra UDE scaled to many experiments
+"""PyTorch: experiments solved as one batched solve against one after another, on
+the bundled Lotka-Volterra UDE scaled to many experiments
 (``tests/problems/scaled_lv.py``, as ``bench_experiments.py`` for JAX).
 
     python benchmarks/bench_torch_batching.py [--sizes 1 10 100] [--repeats 3]

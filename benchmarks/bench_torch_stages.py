@@ -1,5 +1,5 @@
 """The compiled native torch module against JAX, objective + gradient, measured in one run
-(issue 11 point 5: torch within 10x of JAX on suite cases 001, 002 and 004).
+(target: torch within 10x of JAX on suite cases 001, 002 and 004).
 
     python benchmarks/bench_torch_stages.py [--cases 001 002 004] [--evals 40]
                                             [--stages default looped unrolled]

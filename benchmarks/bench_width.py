@@ -1,4 +1,4 @@
-"""Large networks inside the ODE (issue 18): objective + gradient against a hand-written
+"""Large networks inside the ODE: objective + gradient against a hand-written
 diffrax solve of the same dynamics, as the network widens.
 
     python benchmarks/bench_width.py [--widths 5 64 512 2048] [--modes forward reverse]
@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,79 +50,21 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.problems.widened import write_widened_problem  # noqa: E402
+
 WIDTHS = (5, 64, 512, 2048)
 MODES = ("forward", "reverse")
-PERTURBATION = 0.05
-"""Scale of the extra hidden units' contribution to the network output."""
 
 
 def suite_case_dir() -> Path:
-    sys.path.insert(0, str(REPO))
     from petab_sciml.testcases import default_suite
 
     suite = default_suite()
     if suite is None:
         raise SystemExit("official suite not found: set PETAB_SCIML_TESTSUITE")
     return suite / "test_cases" / "sciml_problem_import" / "001" / "petab"
-
-
-# ----------------------------------------------------------------------------- problem
-def widened_arrays(source: dict[str, dict[str, np.ndarray]], width: int, seed: int = 0
-                   ) -> dict[str, dict[str, np.ndarray]]:
-    """The suite network's arrays embedded in a 2-``width``-``width``-1 network."""
-    rng = np.random.default_rng(seed)
-    k = source["layer1"]["weight"].shape[0]
-
-    def uniform(shape, fan_in):
-        b = 1.0 / np.sqrt(fan_in)
-        return rng.uniform(-b, b, shape)
-
-    w1, b1 = uniform((width, 2), 2), uniform((width,), 2)
-    w2, b2 = uniform((width, width), width), uniform((width,), width)
-    w3, b3 = PERTURBATION * uniform((1, width), width), source["layer3"]["bias"].copy()
-    w1[:k], b1[:k] = source["layer1"]["weight"], source["layer1"]["bias"]
-    w2[:k, :k], b2[:k] = source["layer2"]["weight"], source["layer2"]["bias"]
-    w2[:k, k:] = 0.0   # the suite's units see only themselves
-    w3[:, :k] = source["layer3"]["weight"]
-    return {"layer1": {"weight": w1, "bias": b1}, "layer2": {"weight": w2, "bias": b2},
-            "layer3": {"weight": w3, "bias": b3}}
-
-
-def read_arrays(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        group = f["parameters"]["net1"]
-        return {layer: {name: np.asarray(group[layer][name]) for name in group[layer]}
-                for layer in group}
-
-
-def write_problem(width: int, directory: Path, source: Path | None = None
-                  ) -> dict[str, dict[str, np.ndarray]]:
-    """Suite case 001 (or the problem folder ``source`` with the same network files,
-    e.g. ``examples/lotka_volterra_ude``) with hidden width ``width`` in ``directory``;
-    returns the network's arrays."""
-    import h5py
-
-    source = suite_case_dir() if source is None else Path(source)
-    shutil.copytree(source, directory, dirs_exist_ok=True)
-    arrays = widened_arrays(read_arrays(source / "net1_ps.hdf5"), width)
-    text = (source / "net1.yaml").read_text()
-    text = text.replace("in_features: 2\n    out_features: 5",
-                        f"in_features: 2\n    out_features: {width}")
-    text = text.replace("in_features: 5\n    out_features: 5",
-                        f"in_features: {width}\n    out_features: {width}")
-    text = text.replace("in_features: 5\n    out_features: 1",
-                        f"in_features: {width}\n    out_features: 1")
-    if text.count(f"out_features: {width}") < 2 and width != 5:
-        raise ValueError(f"{source / 'net1.yaml'} is not the 2-5-5-1 network")
-    (directory / "net1.yaml").write_text(text)
-    with h5py.File(directory / "net1_ps.hdf5", "w") as f:
-        f.create_dataset("metadata/pytorch_format", data=np.uint8(1))
-        for layer, named in arrays.items():
-            for name, value in named.items():
-                f.create_dataset(f"parameters/net1/{layer}/{name}", data=value)
-    return arrays
 
 
 # ----------------------------------------------------------------------------- by hand
@@ -315,7 +256,7 @@ def worker(width: int, mode: str, evals: int, checkpoints: int | None = None,
     from petab_sciml.problem import load_problem
 
     with tempfile.TemporaryDirectory(prefix="petab_sciml_width_") as tmp:
-        arrays = write_problem(width, Path(tmp))
+        arrays = write_widened_problem(width, Path(tmp), suite_case_dir())
         problem = load_problem(Path(tmp) / "problem.yaml", backend="jax")
         options = {} if checkpoints is None else {"checkpoints": checkpoints}
         sim = problem.simulator(cache=False, sensitivity=mode, **options)

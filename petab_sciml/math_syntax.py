@@ -67,7 +67,6 @@ BINARY_BP = {
 """Binding power of the binary operators (``^`` right-associative)."""
 NOT_BP = 45
 UNARY_BP = 50
-RELATIONS = ("<", "<=", ">", ">=", "==", "!=")
 
 # A number whose magnitude exceeds about 2^EXACT_BITS is folded in floating point, not
 # exactly (9^9^9 would take sympy hours); libpetab's second opinion skips such formulas.

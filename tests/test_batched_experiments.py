@@ -28,7 +28,7 @@ TOL = 1e-10
 # (stage_sums.diffeqsolve) are computed with elementwise operations in a fixed order,
 # which XLA compiles the same way for one experiment and under vmap; with XLA's own
 # products the two paths differed by 4.7e-9 (value) at rtol = atol = 1e-8
-# (benchmarks/batched_vs_unbatched_038.py).
+# (benchmarks/investigations/batched_vs_unbatched_038.py).
 
 
 def _close(a, b) -> float:

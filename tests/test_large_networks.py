@@ -12,7 +12,6 @@ Speed is measured by ``benchmarks/bench_width.py``, not here.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -30,17 +29,10 @@ import jax.numpy as jnp  # noqa: E402
 from petab_sciml.backends.jax import ops  # noqa: E402
 from petab_sciml.backends.jax.model import check_dtype  # noqa: E402
 from tests.conftest import requires_suite  # noqa: E402
+from tests.problems.widened import write_widened_problem  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "lotka_volterra_ude"
-
-
-def _bench_width():
-    spec = importlib.util.spec_from_file_location("bench_width",
-                                                  REPO / "benchmarks" / "bench_width.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --------------------------------------------------------------------------- products
@@ -107,11 +99,10 @@ def _constant_elements(text: str) -> int:
 
 @pytest.fixture(scope="module")
 def widened(tmp_path_factory):
-    bench = _bench_width()
     out = {}
     for width in (8, 64):
         folder = tmp_path_factory.mktemp(f"width{width}")
-        bench.write_problem(width, folder, source=EXAMPLE)
+        write_widened_problem(width, folder, EXAMPLE)
         out[width] = folder / "problem.yaml"
     return out
 

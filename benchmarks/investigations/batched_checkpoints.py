@@ -1,8 +1,8 @@
-"""Reverse mode's checkpoints for batched experiments (``BATCHED_CHECKPOINTS``, issue 17):
+"""Reverse mode's checkpoints for batched experiments (``BATCHED_CHECKPOINTS``):
 diffrax's default (447) against the batched default (64), called in turn in one
 process per problem.
 
-    python benchmarks/batched_checkpoints.py [--repeats 7]
+    python benchmarks/investigations/batched_checkpoints.py [--repeats 7]
 
 Problems: the 5-state problem (5-96-96-1 network in the right-hand side) at 100 and
 1,000 experiments, the Lotka-Volterra table (``tests/problems/scaled_lv.py``) at 1,000
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_experiments import timed_together  # noqa: E402

@@ -1,7 +1,7 @@
-"""Why the 5-state problem's batched and unbatched JAX solves differed by ~1e-9 (issue 17:
-"agree with the unbatched path to 1e-10 on the scaled problems"), and what fixed it.
+"""Why the 5-state problem's batched and unbatched JAX solves differed (they must agree
+to 1e-10), and what fixed it.
 
-    python benchmarks/five_state_batch_roundoff.py
+    python benchmarks/investigations/five_state_batch_roundoff.py
 
 1. Last bits: its right-hand side for one state alone (``jit``) and the same state
    inside a batch (``jit(vmap)``), with every network product in the batch-invariant
@@ -13,9 +13,9 @@
    simulated states, with the adaptive controller (rtol = atol = 1e-8, the
    problem's) and with fixed steps.  With diffrax's default growth limit (10x per
    step) the first steps grow by factors computed from error estimates at rounding
-   level, so a last-bit difference moved the solution by ~1e-10, not ~1e-16; with
-   6x (DOP853's default, ours for ``dopri8``: ``simulation.steps.MAX_STEP_GROWTH``) that growth
-   is capped and the solution moves by ~1e-13.
+   level, so a last-bit difference moves the solution far more than rounding; with 6x
+   (DOP853's default, ours for ``dopri8``: ``simulation.steps.MAX_STEP_GROWTH``) that
+   growth is capped.
 3. The hand-written diffrax solve of 6 experiments, ``vmap`` against ``lax.map``, with
    both growth limits.
 4. What batch-invariant forms of the 96 x 96 product cost (``--cost``): per layer, the
@@ -23,7 +23,7 @@
    objective + gradient at 1 and 1,000 experiments with that layer in the library
    product (as shipped) and in the ordered form (``ops.ordered_linear``).
 
-    python benchmarks/five_state_batch_roundoff.py --cost
+    python benchmarks/investigations/five_state_batch_roundoff.py --cost
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
@@ -45,7 +45,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from benchmarks.five_state_gradient_anatomy import five_state_inputs
+    from benchmarks.investigations.five_state_gradient_anatomy import five_state_inputs
     from petab_sciml.backends.jax import ops
     from petab_sciml.backends.jax.stage_sums import diffeqsolve
 
@@ -124,7 +124,7 @@ def cost() -> None:
     import jax.numpy as jnp
 
     from benchmarks.bench_experiments import timed_together
-    from benchmarks.five_state_gradient_anatomy import _best
+    from benchmarks.investigations.five_state_gradient_anatomy import _best
     from petab_sciml import load_problem
     from petab_sciml.backends.jax import ops
     from tests.problems.five_state import write_five_state

@@ -1,13 +1,12 @@
 """Where the time of the 5-state problem's gradient goes at 1,000 experiments in JAX
-(issue 17: "1,000 experiments cost at most 200x one"; the anatomy that led to
-``ops.batch_summed_weight_cotangents``, after which ours meets it: FIGURES.md).
+(target: 1,000 experiments cost at most 200x one); the anatomy that led to
+``ops.batch_summed_weight_cotangents``.
 
-    python benchmarks/five_state_gradient_anatomy.py [--sizes 1 1000] [--chunks 50]
+    python benchmarks/investigations/five_state_gradient_anatomy.py [--sizes 1 1000] [--chunks 50]
 
 The hand-written diffrax objective of ``bench_five_state.py`` (Dopri8, PID controller,
-rtol = atol = 1e-8, one ``vmap`` of ``diffeqsolve`` over experiments; ours costs
-0.8-0.9x its time before the summed cotangents, 0.3x after), timed per size in one
-process, min of 3 calls after the first:
+rtol = atol = 1e-8, one ``vmap`` of ``diffeqsolve`` over experiments), timed per size
+in one process, min of 3 calls after the first:
 
 1. the objective alone (forward solves only) and objective + gradient;
 2. objective + gradient with the gradient of the 96 x 96 hidden weight stopped
@@ -23,7 +22,7 @@ Under ``vmap`` the solver's loops have a per-experiment predicate, so every carr
 their reverse pass is per experiment, the cotangent of a weight shared by all
 experiments included: each stage adds one 96 x 96 outer product per experiment instead
 of one matrix product over the batch.  The forward pass batches well, the reverse pass
-does not; see benchmarks/FIGURES.md.
+does not.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 

@@ -1,8 +1,8 @@
-"""Summed weight cotangents on the 5-state problem (issue 17: 1,000 experiments at most
-200x one in JAX): ours with ``JaxOptions.summed_weight_cotangents`` on (the default)
+"""Summed weight cotangents on the 5-state problem (target: 1,000 experiments at
+most 200x one in JAX): ours with ``JaxOptions.summed_weight_cotangents`` on (the default)
 and off (JAX's own derivative rules), called in turn in one process.
 
-    python benchmarks/summed_weight_cotangents.py [--sizes 1 100 1000] [--repeats 5]
+    python benchmarks/investigations/summed_weight_cotangents.py [--sizes 1 100 1000] [--repeats 5]
 
 Objective + gradient (reverse mode), float64, ``dopri8``, ``rtol = atol = 1e-8``.
 Prints min / median ms of both per size, their ratio, each one's time over its own
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_experiments import timed_together  # noqa: E402

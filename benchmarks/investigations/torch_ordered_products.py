@@ -1,8 +1,8 @@
-"""What PyTorch's batch-invariant small products cost (issue 17), and why smooth
+"""What PyTorch's batch-invariant small products cost, and why smooth
 right-hand sides do without them.
 
-    python benchmarks/bench_ordered_products.py [--sizes 1 100 1000] [--repeats 3]
-                                                [--problems lv five_state]
+    python benchmarks/investigations/torch_ordered_products.py [--sizes 1 100 1000]
+        [--repeats 3] [--problems lv five_state]
 
 Objective + gradient, ``sensitivity="autograd"`` (experiments as one batched solve),
 float64, default tolerances, of the bundled Lotka-Volterra UDE scaled to many
@@ -25,7 +25,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
