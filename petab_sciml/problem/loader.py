@@ -19,6 +19,7 @@ import numpy as np
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.problem.config import ProblemConfig
 from petab_sciml.problem.context import ProblemContext
+from petab_sciml.problem.data import ProblemData
 from petab_sciml.problem.issues import IssueList
 from petab_sciml.problem.parameters import PlainParameter
 from petab_sciml.problem.resolve import ResolvedNetwork
@@ -76,6 +77,12 @@ class Problem:
     """The simulation plan (:class:`petab_sciml.simulation.SimulationPlan`), built at
     load."""
     _simulators: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def data(self) -> ProblemData:
+        """What the simulation plan is built from
+        (:func:`petab_sciml.simulation.build_plan`)."""
+        return ProblemData(self.config, self.context, self.parameters, self.plain_parameters)
 
     # ------------------------------------------------------------- objective
     def simulator(self, backend: str | None = None, **options: Any) -> Any:
@@ -212,7 +219,7 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     if simulation and ctx.config.model_files:
         from petab_sciml.simulation import build_plan
 
-        problem.plan = build_plan(problem)
+        problem.plan = build_plan(problem.data)
     return problem
 
 

@@ -187,11 +187,11 @@ def _np(x: Any) -> Any:
 
 def simulator_for(problem: Any, backend: str | None = None, **options: Any) -> Simulator:
     """A :class:`Simulator` of a loaded problem (its plan is built once and kept)."""
-    from petab_sciml.simulation.plan import build_plan
+    from petab_sciml.simulation.builder import build_plan
 
     plan = getattr(problem, "plan", None)
     if plan is None:
-        plan = build_plan(problem)
+        plan = build_plan(problem.data)
         try:
             problem.plan = plan
         except AttributeError:  # pragma: no cover
