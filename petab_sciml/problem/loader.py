@@ -158,11 +158,12 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
 
     Networks are built in ``backend`` (``"torch"`` or ``"jax"``) with ``dtype``; their
     parameters are set from the resolved parameter table (elements the problem leaves
-    open keep the backend's seeded default initialisation).  In torch, arrays that are
-    entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
-    element-wise masks for every backend.  Raises :class:`ProblemError` if validation
-    finds errors and issues each validation warning as a :class:`ProblemWarning`;
-    networks whose format runs code need ``trust_code=True``.
+    open keep the backend's seeded default initialisation).  Arrays that are entirely
+    non-estimated are frozen as the backend does it (``Backend.freeze``; in torch
+    ``requires_grad=False``); ``problem.trainable(net)`` has the element-wise masks for
+    every backend.  Raises :class:`ProblemError` if validation finds errors and issues
+    each validation warning as a :class:`ProblemWarning`; networks whose format runs code
+    need ``trust_code=True``.
 
     With ``simulation`` (default) the SBML model is imported and the simulation plan
     built here, so a model outside the supported SBML subset fails at load
@@ -205,7 +206,7 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
         defaults = impl.get_parameters(model)
         values = _fill_defaults(resolved, defaults)
         model = impl.set_parameters(model, _cast(values, dtype, network), strict=False)
-        _mark_frozen(backend, model, resolved)
+        model = impl.freeze(model, resolved.trainable)
         models[net_id] = model
     resolved = NetworkParameters(report.resolved)
     problem = Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks),
@@ -276,13 +277,3 @@ def _cast(values: dict, dtype: str, network: Any) -> dict:
             out[layer][array] = np.asarray(value).astype(fixed or dtype)
     return out
 
-
-def _mark_frozen(backend: str, model: Any, resolved: ResolvedNetwork) -> None:
-    if backend != "torch" or not hasattr(model, "named_parameters"):
-        return
-    params = dict(model.named_parameters())
-    for layer, arrays in resolved.trainable.items():
-        for array, mask in arrays.items():
-            p = params.get(f"{layer}.{array}")
-            if p is not None and not mask.any():
-                p.requires_grad_(False)
