@@ -197,6 +197,3 @@ def _relative(report: ValidationReport, file: Any) -> str | None:
     except ValueError:
         return str(file)
 
-
-def has_errors(issues: IssueList) -> bool:
-    return any(i.severity == Severity.ERROR for i in issues)
