@@ -64,7 +64,7 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
     ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too, once
     our own checks (the simulation plan included) found no error, and its findings are
     added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
-    import alone takes 1.5 s, its checks can take 100x longer than ours).
+    import and checks cost far more than ours; ``docs/validation.md``).
     """
     path = Path(path)
     issues = IssueList()

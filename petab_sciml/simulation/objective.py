@@ -121,8 +121,8 @@ class Simulator:
     def _spare_w(self) -> np.ndarray | None:
         """A ``w`` vector to pack into, reused between calls where the executor lets go
         of ``w`` when ``run`` returns (``releases_w``): a fresh vector of millions of
-        entries costs page faults on every call (measured 4-390 ms for 34 MB on the
-        busy 2-core machine, against 1 ms to refill one already touched)."""
+        entries costs page faults on every call, refilling one already touched does
+        not."""
         if not getattr(self.executor, "releases_w", False):
             return None
         try:
