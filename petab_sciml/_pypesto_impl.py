@@ -11,7 +11,7 @@ from pypesto.C import FVAL, GRAD, MODE_FUN
 from pypesto.objective import ObjectiveBase
 from pypesto.startpoint import CheckedStartpoints
 
-from petab_sciml.pypesto import ParameterVector
+from petab_sciml.parameter_vector import ParameterVector
 from petab_sciml.simulation.plan import SimulationPlan
 
 _SHARED = ("plan", "vector", "_simulator")
@@ -20,7 +20,7 @@ _SHARED = ("plan", "vector", "_simulator")
 
 class PetabScimlObjective(ObjectiveBase):
     """Negative log-posterior of a PEtab SciML problem and its gradient over the
-    optimization vector ``x`` (:class:`~petab_sciml.pypesto.ParameterVector`).
+    optimization vector ``x`` (:class:`~petab_sciml.parameter_vector.ParameterVector`).
 
     Evaluations that fail (the ODE solver gives up) return the simulator's non-finite
     value, which pyPESTO's optimizers treat as a rejected step.

@@ -42,6 +42,13 @@ class Backend(Protocol):
     def get_parameters(self, model: Any) -> dict[str, dict[str, np.ndarray]]:
         """All parameter arrays and buffers as numpy arrays."""
 
+    def freeze(self, model: Any, trainable: ParameterArrays) -> Any:
+        """Mark the arrays none of whose elements is estimated (``trainable``:
+        ``{layer: {array: bool mask}}``, False where not estimated) as constants, as the
+        framework does it (PyTorch: ``requires_grad=False``; a no-op where gradients are
+        taken only of what is asked for); returns the model (a new one for immutable
+        backends).  The element-wise masks stay with the problem."""
+
     def forward(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
                 seed: int | None = None) -> tuple[np.ndarray, ...]:
         """Evaluate the network on ``inputs`` (one array per network input)."""

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from petab_sciml.simulation.likelihood import on_parameter_scale, truncation_log_mass
-from petab_sciml.simulation.plan import SimulationError, SimulationPlan, _scaled
-from petab_sciml.simulation.scales import from_scale
+from petab_sciml.simulation.plan import SimulationError, SimulationPlan
+from petab_sciml.simulation.scales import from_scale, on_scale
 
 __all__ = ["start_point", "start_points"]
 
@@ -109,7 +109,7 @@ def _mechanistic(plan: SimulationPlan, rng: np.random.Generator,
             prior, scale = prior_of[i]
             out[i] = _truncated_prior(rng, prior, scale, lo, hi, pid)
             continue
-        lo_s, hi_s = _scaled((lo, hi), scales[i])
+        lo_s, hi_s = on_scale((lo, hi), scales[i])
         if not (math.isfinite(lo_s) and math.isfinite(hi_s)):
             raise SimulationError(
                 f"parameter {pid!r}: drawing a start point needs finite bounds on its "
@@ -124,7 +124,7 @@ def _truncated_prior(rng: np.random.Generator, prior: Any, scale: str, lo: float
     """One draw of ``prior`` truncated to ``[lo, hi]`` (linear bounds), as a linear value.
 
     ``scale`` is the scale the prior applies on (``lin`` unless ``parameterScale*``)."""
-    lo_s, hi_s = _scaled((lo, hi), scale)
+    lo_s, hi_s = on_scale((lo, hi), scale)
     mass = math.exp(truncation_log_mass(prior, lo_s, hi_s))
     if not mass >= _MIN_MASS:
         raise SimulationError(f"parameter {pid!r}: its prior {prior} has (almost) no mass "

@@ -226,6 +226,11 @@ class JaxBackend:
                 target.setdefault(group, {})[name] = value
         return model
 
+    def freeze(self, model: JaxNet, trainable: Mapping[str, Mapping[str, Any]]) -> JaxNet:
+        """Nothing to mark: JAX differentiates what it is asked to (the simulation's
+        ``free_index`` and ``problem.trainable(net)`` say what is estimated)."""
+        return model
+
     def get_parameters(self, model: JaxNet) -> dict[str, dict[str, np.ndarray]]:
         merged: Nested = {}
         for group, arrays in model.network.parameter_arrays().items():

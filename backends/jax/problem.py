@@ -105,7 +105,7 @@ def problem_model(problem: Any, params: Any = None, **options: Any) -> ProblemMo
     from petab_sciml.problem.dropout import dropout_targets
     from petab_sciml.simulation import build_plan
 
-    plan = problem.plan if getattr(problem, "plan", None) is not None else build_plan(problem)
+    plan = getattr(problem, "plan", None) or build_plan(problem.data)
     opts = JaxOptions(**options)
     if opts.sensitivity == "forward-ad":
         raise SimulationError("sensitivity='forward-ad' computes gradients in the executor; "

@@ -73,6 +73,17 @@ class TorchBackend:
         load_parameters(model, params, strict=strict)
         return model
 
+    def freeze(self, model: Any, trainable: ParameterArrays) -> Any:
+        """``requires_grad=False`` on every parameter none of whose elements is
+        estimated (``trainable[layer][array]``, a boolean mask)."""
+        params = dict(model.named_parameters())
+        for layer, arrays in trainable.items():
+            for array, mask in arrays.items():
+                p = params.get(f"{layer}.{array}")
+                if p is not None and not mask.any():
+                    p.requires_grad_(False)
+        return model
+
     def get_parameters(self, model: Any) -> dict[str, dict[str, np.ndarray]]:
         from petab_sciml.backends.torch.build import parameters_of
 

@@ -49,7 +49,7 @@ class TorchProblem(torch.nn.Module):
         from petab_sciml.problem.dropout import dropout_targets
         from petab_sciml.simulation import build_plan
 
-        plan = problem.plan if getattr(problem, "plan", None) is not None else build_plan(problem)
+        plan = getattr(problem, "plan", None) or build_plan(problem.data)
         options.setdefault("compile", True)
         self.plan = plan
         self.parameter_ids: tuple[str, ...] = plan.mech_ids

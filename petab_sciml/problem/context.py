@@ -191,7 +191,10 @@ def _warning() -> Severity:
 
 # ---------------------------------------------------------------------- networks
 def _read_networks(ctx: ProblemContext) -> None:
-    from petab_sciml.plugins import format_names, get_format
+    """Read every network the problem names into ``ctx.networks``; a network that cannot
+    be read (or is not read: code without trust) goes to ``ctx.unchecked_networks`` with
+    its issue."""
+    from petab_sciml.plugins import format_names
 
     cfg = ctx.config
     installed = set(format_names())
@@ -199,74 +202,13 @@ def _read_networks(ctx: ProblemContext) -> None:
         if entry.location is None or entry.format is None:
             ctx.unchecked_networks.add(net_id)
             continue
-        fmt = entry.format.lower()
         target = cfg.resolve(entry.location)
-        if not target.exists():
-            ctx.issues.add("FILE_NOT_FOUND", f"network file {entry.location!r} not found",
-                           file=cfg.path.name, path=f"{entry.yaml_path}.location")
+        plugin = None
+        if _network_file_ok(ctx, entry, target):
+            plugin = _network_reader(ctx, net_id, entry, installed)
+        network = _load_network(ctx, net_id, entry, plugin, target) if plugin else None
+        if network is None:
             ctx.unchecked_networks.add(net_id)
-            continue
-        check_inside(ctx, entry.location, f"{entry.yaml_path}.location")
-        if not target.is_dir():
-            from petab_sciml.errors import InputFileError
-            from petab_sciml.safe_read import check_regular_file
-
-            try:
-                check_regular_file(target, what="a network file", limit=None)
-            except InputFileError as exc:
-                ctx.unchecked_networks.add(net_id)
-                ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc),
-                               file=entry.location)
-                continue
-        if fmt not in installed:
-            ctx.unchecked_networks.add(net_id)
-            if fmt in SPEC_FORMATS:
-                runs = " (its loading runs code)" if fmt in CODE_FORMATS else ""
-                ctx.issues.add("NN_FORMAT_UNKNOWN", f"format {entry.format!r}{runs} has no "
-                               f"installed reader; network {net_id!r} cannot be checked",
-                               file=cfg.path.name, path=f"{entry.yaml_path}.format",
-                               severity=_warning())
-            else:
-                ctx.issues.add("NN_FORMAT_UNKNOWN", f"unknown network format "
-                               f"{entry.format!r}; known: {', '.join(SPEC_FORMATS)}",
-                               file=cfg.path.name, path=f"{entry.yaml_path}.format")
-            continue
-        try:
-            plugin = get_format(fmt)
-        except (PetabSciMLError, MissingExtraError, ImportError) as exc:
-            ctx.unchecked_networks.add(net_id)
-            ctx.issues.add("NN_FORMAT_UNKNOWN", f"the reader for format {entry.format!r} "
-                           f"cannot be loaded ({exc}); network {net_id!r} cannot be checked",
-                           file=cfg.path.name, path=f"{entry.yaml_path}.format",
-                           severity=_warning())
-            continue
-        if plugin.runs_code and not ctx.trust_code:
-            ctx.unchecked_networks.add(net_id)
-            ctx.issues.add("NN_CODE_NOT_RUN", f"format {entry.format!r} runs code from "
-                           f"{entry.location!r} when loaded; not loaded without trust "
-                           f"(--trust-code); checks that need network {net_id!r} are skipped",
-                           file=cfg.path.name, path=f"{entry.yaml_path}.format")
-            continue
-        try:
-            if plugin.runs_code:
-                network = plugin.read(target, trust_code=True, net_id=net_id)
-            else:
-                network = plugin.read(target)
-        except MissingExtraError as exc:
-            ctx.unchecked_networks.add(net_id)
-            ctx.issues.add("NN_FORMAT_UNKNOWN", f"{exc}; network {net_id!r} cannot be "
-                           "checked", file=cfg.path.name, path=f"{entry.yaml_path}.format",
-                           severity=_warning())
-            continue
-        except PetabSciMLError as exc:
-            ctx.unchecked_networks.add(net_id)
-            ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc), file=entry.location,
-                           path=getattr(exc, "entry", None))
-            continue
-        except Exception as exc:  # a plugin failing on bad input is still bad input
-            ctx.unchecked_networks.add(net_id)
-            ctx.issues.add("NN_FILE_INVALID", f"cannot read network: "
-                           f"{type(exc).__name__}: {exc}", file=entry.location)
             continue
         if network.id != net_id:
             ctx.issues.add("NN_MODEL_ID_MISMATCH", f"the network file names its network "
@@ -274,6 +216,84 @@ def _read_networks(ctx: ProblemContext) -> None:
                            "on)", file=entry.location)
             network = dataclasses.replace(network, id=net_id)
         ctx.networks[net_id] = network
+
+
+def _network_file_ok(ctx: ProblemContext, entry: Any, target: Path) -> bool:
+    """The network file (or folder) exists, lies inside the problem folder (else an
+    issue) and is a regular file if not a folder."""
+    cfg = ctx.config
+    if not target.exists():
+        ctx.issues.add("FILE_NOT_FOUND", f"network file {entry.location!r} not found",
+                       file=cfg.path.name, path=f"{entry.yaml_path}.location")
+        return False
+    check_inside(ctx, entry.location, f"{entry.yaml_path}.location")
+    if not target.is_dir():
+        from petab_sciml.errors import InputFileError
+        from petab_sciml.safe_read import check_regular_file
+
+        try:
+            check_regular_file(target, what="a network file", limit=None)
+        except InputFileError as exc:
+            ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc), file=entry.location)
+            return False
+    return True
+
+
+def _network_reader(ctx: ProblemContext, net_id: str, entry: Any,
+                    installed: set[str]) -> Any:
+    """The format plugin that reads the network, or None (with its issue): format not
+    installed, unknown or not loadable, or running code without trust."""
+    from petab_sciml.plugins import get_format
+
+    cfg = ctx.config
+    fmt = entry.format.lower()
+    if fmt not in installed:
+        if fmt in SPEC_FORMATS:
+            runs = " (its loading runs code)" if fmt in CODE_FORMATS else ""
+            ctx.issues.add("NN_FORMAT_UNKNOWN", f"format {entry.format!r}{runs} has no "
+                           f"installed reader; network {net_id!r} cannot be checked",
+                           file=cfg.path.name, path=f"{entry.yaml_path}.format",
+                           severity=_warning())
+        else:
+            ctx.issues.add("NN_FORMAT_UNKNOWN", f"unknown network format "
+                           f"{entry.format!r}; known: {', '.join(SPEC_FORMATS)}",
+                           file=cfg.path.name, path=f"{entry.yaml_path}.format")
+        return None
+    try:
+        plugin = get_format(fmt)
+    except (PetabSciMLError, MissingExtraError, ImportError) as exc:
+        ctx.issues.add("NN_FORMAT_UNKNOWN", f"the reader for format {entry.format!r} "
+                       f"cannot be loaded ({exc}); network {net_id!r} cannot be checked",
+                       file=cfg.path.name, path=f"{entry.yaml_path}.format",
+                       severity=_warning())
+        return None
+    if plugin.runs_code and not ctx.trust_code:
+        ctx.issues.add("NN_CODE_NOT_RUN", f"format {entry.format!r} runs code from "
+                       f"{entry.location!r} when loaded; not loaded without trust "
+                       f"(--trust-code); checks that need network {net_id!r} are skipped",
+                       file=cfg.path.name, path=f"{entry.yaml_path}.format")
+        return None
+    return plugin
+
+
+def _load_network(ctx: ProblemContext, net_id: str, entry: Any, plugin: Any,
+                  target: Path) -> Any:
+    """The network IR read by ``plugin``, or None (with its issue)."""
+    try:
+        if plugin.runs_code:
+            return plugin.read(target, trust_code=True, net_id=net_id)
+        return plugin.read(target)
+    except MissingExtraError as exc:
+        ctx.issues.add("NN_FORMAT_UNKNOWN", f"{exc}; network {net_id!r} cannot be "
+                       "checked", file=ctx.config.path.name,
+                       path=f"{entry.yaml_path}.format", severity=_warning())
+    except PetabSciMLError as exc:
+        ctx.issues.add(_code(exc, "NN_FILE_INVALID"), _short(exc), file=entry.location,
+                       path=getattr(exc, "entry", None))
+    except Exception as exc:  # a plugin failing on bad input is still bad input
+        ctx.issues.add("NN_FILE_INVALID", f"cannot read network: "
+                       f"{type(exc).__name__}: {exc}", file=entry.location)
+    return None
 
 
 def _short(exc: PetabSciMLError) -> str:

@@ -87,14 +87,6 @@ def factor(keep: np.ndarray, target: DropoutTarget, dtype: Any) -> np.ndarray:
     return out.reshape(target.mask_shape)
 
 
-def sample_masks_numpy(targets: list[DropoutTarget], rng: np.random.Generator
-                       ) -> dict[str, dict[str, np.ndarray]]:
-    masks: dict[str, dict[str, np.ndarray]] = {}
-    for t in targets:
-        masks.setdefault(t.layer, {})[t.array] = rng.random(t.n_slices) >= t.p
-    return masks
-
-
 def apply_numpy(params: Mapping[str, Mapping[str, np.ndarray]], targets: list[DropoutTarget],
                 masks: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
     """Reference: ``params`` with each target multiplied by its mask factor."""

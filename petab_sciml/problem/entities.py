@@ -81,11 +81,6 @@ class EntityRef:
         return out
 
 
-def looks_like_network_entity(text: str) -> bool:
-    """True if ``text`` has the ``id.parameters|inputs|outputs`` head of a network entity."""
-    return bool(_HEAD.match(text))
-
-
 def _parse_index(text: str, what: str, full: str) -> tuple[int, ...]:
     parts = [p.strip() for p in text.split(",")]
     if not parts or any(not re.fullmatch(r"-?\d+", p) for p in parts):

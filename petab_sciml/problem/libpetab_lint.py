@@ -7,7 +7,8 @@ decide validity, and nothing libpetab raises escapes.  libpetab's SciML support 
 names from ``petab_sciml``; in this environment they come from
 :mod:`petab_sciml.official_api`.
 
-It is off by default: libpetab's checks can take 100x longer than ours on big tables.
+It is off by default: libpetab's checks cost far more than ours on big tables
+(``docs/validation.md``).
 """
 
 from __future__ import annotations

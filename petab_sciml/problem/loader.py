@@ -19,6 +19,7 @@ import numpy as np
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.problem.config import ProblemConfig
 from petab_sciml.problem.context import ProblemContext
+from petab_sciml.problem.data import ProblemData
 from petab_sciml.problem.issues import IssueList
 from petab_sciml.problem.parameters import PlainParameter
 from petab_sciml.problem.resolve import ResolvedNetwork
@@ -76,6 +77,12 @@ class Problem:
     """The simulation plan (:class:`petab_sciml.simulation.SimulationPlan`), built at
     load."""
     _simulators: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def data(self) -> ProblemData:
+        """What the simulation plan is built from
+        (:func:`petab_sciml.simulation.build_plan`)."""
+        return ProblemData(self.config, self.context, self.parameters, self.plain_parameters)
 
     # ------------------------------------------------------------- objective
     def simulator(self, backend: str | None = None, **options: Any) -> Any:
@@ -151,11 +158,12 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
 
     Networks are built in ``backend`` (``"torch"`` or ``"jax"``) with ``dtype``; their
     parameters are set from the resolved parameter table (elements the problem leaves
-    open keep the backend's seeded default initialisation).  In torch, arrays that are
-    entirely non-estimated get ``requires_grad=False``; ``problem.trainable(net)`` has the
-    element-wise masks for every backend.  Raises :class:`ProblemError` if validation
-    finds errors and issues each validation warning as a :class:`ProblemWarning`;
-    networks whose format runs code need ``trust_code=True``.
+    open keep the backend's seeded default initialisation).  Arrays that are entirely
+    non-estimated are frozen as the backend does it (``Backend.freeze``; in torch
+    ``requires_grad=False``); ``problem.trainable(net)`` has the element-wise masks for
+    every backend.  Raises :class:`ProblemError` if validation finds errors and issues
+    each validation warning as a :class:`ProblemWarning`; networks whose format runs code
+    need ``trust_code=True``.
 
     With ``simulation`` (default) the SBML model is imported and the simulation plan
     built here, so a model outside the supported SBML subset fails at load
@@ -198,7 +206,7 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
         defaults = impl.get_parameters(model)
         values = _fill_defaults(resolved, defaults)
         model = impl.set_parameters(model, _cast(values, dtype, network), strict=False)
-        _mark_frozen(backend, model, resolved)
+        model = impl.freeze(model, resolved.trainable)
         models[net_id] = model
     resolved = NetworkParameters(report.resolved)
     problem = Problem(Path(path), backend, impl, dtype, ctx.config, ctx, dict(ctx.networks),
@@ -212,7 +220,7 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     if simulation and ctx.config.model_files:
         from petab_sciml.simulation import build_plan
 
-        problem.plan = build_plan(problem)
+        problem.plan = build_plan(problem.data)
     return problem
 
 
@@ -269,13 +277,3 @@ def _cast(values: dict, dtype: str, network: Any) -> dict:
             out[layer][array] = np.asarray(value).astype(fixed or dtype)
     return out
 
-
-def _mark_frozen(backend: str, model: Any, resolved: ResolvedNetwork) -> None:
-    if backend != "torch" or not hasattr(model, "named_parameters"):
-        return
-    params = dict(model.named_parameters())
-    for layer, arrays in resolved.trainable.items():
-        for array, mask in arrays.items():
-            p = params.get(f"{layer}.{array}")
-            if p is not None and not mask.any():
-                p.requires_grad_(False)

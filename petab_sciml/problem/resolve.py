@@ -206,59 +206,22 @@ def resolve_network(
              for lay, a in shapes.items()}
     summaries: list[RowSummary] = []
     ambiguous_reported: set[tuple[str, str, int]] = set()
+
+    def ambiguous(row: ParameterRow, other: ParameterRow, lay: str, arr: str) -> None:
+        key = (lay, arr, row.ref.level)
+        if key in ambiguous_reported:
+            return
+        ambiguous_reported.add(key)
+        issues.add("PARAM_NN_AMBIGUOUS", f"rows {other.id!r} (line {other.line}) "
+                   f"and {row.id!r} both set {lay}.{arr} of network "
+                   f"{network.id!r} at the same specificity "
+                   f"({row.ref.level_name}); which one wins is undefined",
+                   file=table_file, row=row.line, column="parameterId")
+
     for k, row in enumerate(rows):
-        lvl = row.ref.level
-        blocks = _targets(row.ref, shapes, trainable)
-        count = 0
-        names = []
-        for lay, arr, idx in blocks:
-            names.append(f"{lay}.{arr}" + ("" if idx is ... else
-                                           "[" + ", ".join(map(str, idx)) + "]"))
-            if idx is ... and _uniform(level[lay][arr]) is not None:
-                previous = _uniform(level[lay][arr])
-                count += int(np.size(level[lay][arr]))
-                if previous == lvl and (lay, arr, lvl) not in ambiguous_reported:
-                    ambiguous_reported.add((lay, arr, lvl))
-                    other = rows[_uniform(row_index[lay][arr])]
-                    issues.add("PARAM_NN_AMBIGUOUS", f"rows {other.id!r} (line {other.line}) "
-                               f"and {row.id!r} both set {lay}.{arr} of network "
-                               f"{network.id!r} at the same specificity "
-                               f"({row.ref.level_name}); which one wins is undefined",
-                               file=table_file, row=row.line, column="parameterId")
-                shape = shapes[lay][arr]
-                level[lay][arr] = np.broadcast_to(np.int8(lvl), shape)
-                row_index[lay][arr] = np.broadcast_to(np.int32(k), shape)
-                continue
-            if not level[lay][arr].flags.writeable:
-                level[lay][arr] = np.array(level[lay][arr])
-                row_index[lay][arr] = np.array(row_index[lay][arr])
-            block = level[lay][arr][idx]
-            count += int(np.size(block))
-            clash = block == lvl
-            if np.any(clash):
-                prev = row_index[lay][arr][idx][clash]
-                other = rows[int(prev.flat[0])]
-                key = (lay, arr, lvl)
-                if key not in ambiguous_reported:
-                    ambiguous_reported.add(key)
-                    issues.add("PARAM_NN_AMBIGUOUS", f"rows {other.id!r} (line {other.line}) "
-                               f"and {row.id!r} both set {lay}.{arr} of network "
-                               f"{network.id!r} at the same specificity "
-                               f"({row.ref.level_name}); which one wins is undefined",
-                               file=table_file, row=row.line, column="parameterId")
-            level[lay][arr][idx] = lvl
-            row_index[lay][arr][idx] = k
+        names, count = _assign_row(k, rows, shapes, trainable, level, row_index, ambiguous)
         summaries.append(RowSummary(row, names, count, 0))
-    for arrays in row_index.values():
-        for idx in arrays.values():
-            k = _uniform(idx)
-            if k is not None:
-                if k >= 0:
-                    summaries[k].effective += int(idx.size)
-                continue
-            counts = np.bincount(idx[idx >= 0].ravel(), minlength=len(rows))
-            for k in range(len(rows)):
-                summaries[k].effective += int(counts[k])
+    _count_effective(row_index, summaries, len(rows))
     _check_coverage(network, shapes, trainable, row_index, rows, issues, table_file)
     dropout = _dropout(rows, shapes, trainable)
     result = ResolvedNetwork(network.id, shapes, rows, row_index, summaries, dropout)
@@ -270,6 +233,56 @@ def resolve_network(
                     if not value.flags.writeable:
                         arrays[name] = np.array(value)
     return result
+
+
+def _assign_row(k: int, rows: list[ParameterRow], shapes: dict, trainable: dict,
+                level: dict, row_index: dict, ambiguous: Any) -> tuple[list[str], int]:
+    """Let row ``k`` (rows sorted by specificity) set the elements it covers: their
+    ``level`` becomes its level and their ``row_index`` ``k``; a row of the same level
+    that set them before is reported through ``ambiguous(row, other, layer, array)``.
+    Returns the names of the blocks it covers and how many elements they hold."""
+    row = rows[k]
+    lvl = row.ref.level
+    count = 0
+    names = []
+    for lay, arr, idx in _targets(row.ref, shapes, trainable):
+        names.append(f"{lay}.{arr}" + ("" if idx is ... else
+                                       "[" + ", ".join(map(str, idx)) + "]"))
+        if idx is ... and _uniform(level[lay][arr]) is not None:
+            previous = _uniform(level[lay][arr])
+            count += int(np.size(level[lay][arr]))
+            if previous == lvl:
+                ambiguous(row, rows[_uniform(row_index[lay][arr])], lay, arr)
+            shape = shapes[lay][arr]
+            level[lay][arr] = np.broadcast_to(np.int8(lvl), shape)
+            row_index[lay][arr] = np.broadcast_to(np.int32(k), shape)
+            continue
+        if not level[lay][arr].flags.writeable:
+            level[lay][arr] = np.array(level[lay][arr])
+            row_index[lay][arr] = np.array(row_index[lay][arr])
+        block = level[lay][arr][idx]
+        count += int(np.size(block))
+        clash = block == lvl
+        if np.any(clash):
+            prev = row_index[lay][arr][idx][clash]
+            ambiguous(row, rows[int(prev.flat[0])], lay, arr)
+        level[lay][arr][idx] = lvl
+        row_index[lay][arr][idx] = k
+    return names, count
+
+
+def _count_effective(row_index: dict, summaries: list[RowSummary], n_rows: int) -> None:
+    """Add to each row's summary how many elements it sets in the end."""
+    for arrays in row_index.values():
+        for idx in arrays.values():
+            k = _uniform(idx)
+            if k is not None:
+                if k >= 0:
+                    summaries[k].effective += int(idx.size)
+                continue
+            counts = np.bincount(idx[idx >= 0].ravel(), minlength=n_rows)
+            for k in range(n_rows):
+                summaries[k].effective += int(counts[k])
 
 
 def _uniform(array: np.ndarray) -> int | None:

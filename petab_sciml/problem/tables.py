@@ -7,7 +7,6 @@ readers are fast enough for tables with hundreds of thousands of rows.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -153,7 +152,3 @@ def parse_bool(text: str) -> bool | None:
     if t in ("false", "0", "0.0"):
         return False
     return None
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

@@ -18,6 +18,7 @@ from typing import Any
 
 from petab_sciml.problem.checks import run_checks
 from petab_sciml.problem.context import ProblemContext, load_context
+from petab_sciml.problem.data import ProblemData
 from petab_sciml.problem.issues import IssueList, Severity
 from petab_sciml.problem.parameters import ParameterTables, read_parameters
 from petab_sciml.problem.resolve import ResolvedNetwork, resolve_network
@@ -63,7 +64,7 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
     ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too, once
     our own checks (the simulation plan included) found no error, and its findings are
     added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
-    import alone takes 1.5 s, its checks can take 100x longer than ours).
+    import and checks cost far more than ours; ``docs/validation.md``).
     """
     path = Path(path)
     issues = IssueList()
@@ -158,14 +159,11 @@ def _simulation(report: ValidationReport, read_values: bool) -> None:
                           file=entry["location"])
         return
     from petab_sciml.errors import PetabSciMLError
-    from petab_sciml.problem.loader import NetworkParameters, Problem
-    from petab_sciml.simulation import build_plan
+    from petab_sciml.simulation.builder import build_plan
 
-    problem = Problem(report.path, "", None, "float64", ctx.config, ctx, dict(ctx.networks),
-                      {}, NetworkParameters(report.resolved), report.parameters.plain,
-                      report.issues)
+    data = ProblemData(ctx.config, ctx, report.resolved, report.parameters.plain)
     try:
-        report.plan = build_plan(problem)
+        report.plan = build_plan(data)
     except PetabSciMLError as exc:
         report.plan_error = exc
         report.plan_issue = _plan_issue(report, exc, entry["location"])
@@ -199,6 +197,3 @@ def _relative(report: ValidationReport, file: Any) -> str | None:
     except ValueError:
         return str(file)
 
-
-def has_errors(issues: IssueList) -> bool:
-    return any(i.severity == Severity.ERROR for i in issues)

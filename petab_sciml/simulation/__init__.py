@@ -1,6 +1,6 @@
 """Hybrid simulation of PEtab SciML problems: objective, gradient and simulations.
 
-``build_plan(problem)`` turns a loaded problem into a plain-data plan (once, at load);
+``build_plan(problem.data)`` turns a problem's data into a plain-data plan (once, at load);
 ``Simulator(plan, backend="jax"|"torch", **options)`` compiles it for a backend.  Most
 users go through the loaded problem::
 
@@ -13,8 +13,9 @@ See ``docs/simulation.md``.
 
 from __future__ import annotations
 
+from petab_sciml.simulation.builder import build_plan
 from petab_sciml.simulation.objective import Evaluation, Simulator, simulator_for
-from petab_sciml.simulation.plan import SimulationError, SimulationPlan, build_plan
+from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 __all__ = ["Evaluation", "SimulationError", "SimulationPlan", "Simulator", "build_plan",
            "simulator_for"]

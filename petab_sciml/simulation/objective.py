@@ -121,8 +121,8 @@ class Simulator:
     def _spare_w(self) -> np.ndarray | None:
         """A ``w`` vector to pack into, reused between calls where the executor lets go
         of ``w`` when ``run`` returns (``releases_w``): a fresh vector of millions of
-        entries costs page faults on every call (measured 4-390 ms for 34 MB on the
-        busy 2-core machine, against 1 ms to refill one already touched)."""
+        entries costs page faults on every call, refilling one already touched does
+        not."""
         if not getattr(self.executor, "releases_w", False):
             return None
         try:
@@ -187,11 +187,11 @@ def _np(x: Any) -> Any:
 
 def simulator_for(problem: Any, backend: str | None = None, **options: Any) -> Simulator:
     """A :class:`Simulator` of a loaded problem (its plan is built once and kept)."""
-    from petab_sciml.simulation.plan import build_plan
+    from petab_sciml.simulation.builder import build_plan
 
     plan = getattr(problem, "plan", None)
     if plan is None:
-        plan = build_plan(problem)
+        plan = build_plan(problem.data)
         try:
             problem.plan = plan
         except AttributeError:  # pragma: no cover

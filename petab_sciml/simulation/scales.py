@@ -7,7 +7,8 @@ their natural logarithm and ``log10`` values as their decadic logarithm.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -40,3 +41,12 @@ def from_scale(values: np.ndarray, scales: Sequence[str]) -> np.ndarray:
 def scale_codes(scales: Sequence[str]) -> np.ndarray:
     """``int8`` codes of ``scales`` (:data:`SCALE_CODES`)."""
     return np.array([SCALE_CODES[s] for s in scales], np.int8)
+
+
+def on_scale(values: Iterable[float], scale: str) -> tuple[float, ...]:
+    """Linear ``values`` (Python floats, e.g. bounds) on ``scale``: ``lin``, ``log``
+    (natural) or ``log10``; 0 and negative values map to -inf, infinities stay."""
+    if scale == "lin":
+        return tuple(values)
+    log = math.log if scale == "log" else math.log10
+    return tuple(-math.inf if v <= 0 else log(v) if math.isfinite(v) else v for v in values)

@@ -10,10 +10,8 @@ MAX_STEP_GROWTH = {"dopri8": 6.0}
 """Per method, where it differs from :data:`DEFAULT_MAX_STEP_GROWTH`.  ``dopri8``
 takes 6, the default of Hairer's DOP853 for the same method.  With 10, a smooth problem
 solved in a few large steps grows its first steps by factors computed from error
-estimates at rounding level, so its results turn on last bits: the 5-state problem's
-batched and unbatched solves were 3.9e-9 (JAX) and 9e-8 (PyTorch autograd) apart in
-the objective, with 6 they are 6e-13 and 2e-12 apart, and half of its experiments take
-one more step (``benchmarks/five_state_batch_roundoff.py``)."""
+estimates at rounding level, so its results turn on last bits (batched and unbatched
+solves of one experiment then disagree far above rounding)."""
 
 
 def max_step_growth(method: str) -> float:
