@@ -72,7 +72,6 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     dense_tables: dict[tuple, torch.Tensor] = {}
 
     def solve(y0, t0, t1, ts, args):
-        E, n_out = ts.shape
         coeffs = _stage_coefficients(tab, y0) if stacked_stages else None
         dense = None
         if dense_output:
@@ -80,60 +79,71 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
             if dense is None:
                 dense = dense_tables[(y0.dtype, y0.device)] = torch.tensor(
                     tab.dense, dtype=y0.dtype, device=y0.device)
-        f0 = field(t0, y0, args)
-        with torch.no_grad():
-            h = control.initial_step(field, t0, y0.detach(), f0.detach(), args, rows=True)
-        good = torch.isfinite(h) & torch.all(torch.isfinite(f0.detach()), dim=1)
-        ys, k = _first_outputs(y0, t0, ts, dense_output)
-        n = torch.zeros_like(k)
-        t, y, f = t0.clone(), y0, f0
-        slots = torch.arange(n_out, device=y0.device)
-        rows = torch.arange(E, device=y0.device)
-        moving_rows = _MovingRows(restrict, E) if restrict is not None else None
-        while True:
-            # dense output: every output is filled by the time t reaches t1 (outputs
-            # past t1 are never filled: the solve fails, it does not loop)
-            active = (((t < t1) if dense_output else ((t < t1) | (k < n_out)))
-                      & (n < max_steps) & good)
-            n_active = int(active.sum())
-            if not n_active:
-                break
-            has_out = (k < n_out) if not dense_output else torch.zeros_like(active)
-            kc = torch.clamp(k, max=n_out - 1)
-            target = torch.where(has_out, ts[rows, kc], t1)
-            gap = torch.where(active, target - t, torch.zeros_like(t))
-            clipped = gap <= h
-            h_try = torch.where(clipped, gap, h)
-            sub = (moving_rows.select(active, n_active, args)
-                   if moving_rows is not None else None)
-            if sub is not None:
-                y1, f1, err, stages = _step_rows(step, sub, t, y, f, h_try, coeffs)
-            else:
-                y1, f1, err, stages = step(t, y, f, h_try, args, coeffs)
-            with torch.no_grad():
-                accept, hit, t_new, h, good = _control(control, active, clipped, has_out,
-                                                       target, t, h, h_try, y, y1, err,
-                                                       good)
-                n = n + (active & (h_try > 0)).to(n.dtype)
-                if dense_output:   # the outputs this step passed
-                    inside = (accept[:, None] & (slots[None, :] >= k[:, None])
-                              & (ts <= t_new[:, None]))
-                    k = k + inside.sum(1)
-                else:
-                    k = k + hit.to(k.dtype)
-                    at = hit[:, None] & (slots[None, :] == kc[:, None])
-            if dense_output:
-                ys = _write_dense_outputs(dense, ys, inside, y, stages, t, h_try, ts, sub)
-            keep = accept[:, None]
-            y = torch.where(keep, y1, y)
-            f = torch.where(keep, f1, f)
-            if not dense_output:
-                ys = torch.where(at[:, :, None], y1[:, None, :], ys)
-            t = t_new
-        ok = good & (t >= t1) & (k >= n_out)
-        return ys, y, ok, n
+        moving_rows = _MovingRows(restrict, ts.shape[0]) if restrict is not None else None
+        return _solve_rows(field, step, control, max_steps, coeffs, dense, moving_rows,
+                           y0, t0, t1, ts, args)
 
     return solve
+
+
+def _solve_rows(field: Field, step, control: StepSizeController, max_steps: int, coeffs,
+                dense, moving_rows: _MovingRows | None, y0, t0, t1, ts, args):
+    """The step loop of :func:`make_batched_solve`'s ``solve``: ``step``
+    (:func:`_batched_step`) with stacked-stage coefficients ``coeffs`` (or None), outputs
+    from the dense output when ``dense`` (the method's table as a tensor) is given."""
+    E, n_out = ts.shape
+    dense_output = dense is not None
+    f0 = field(t0, y0, args)
+    with torch.no_grad():
+        h = control.initial_step(field, t0, y0.detach(), f0.detach(), args, rows=True)
+    good = torch.isfinite(h) & torch.all(torch.isfinite(f0.detach()), dim=1)
+    ys, k = _first_outputs(y0, t0, ts, dense_output)
+    n = torch.zeros_like(k)
+    t, y, f = t0.clone(), y0, f0
+    slots = torch.arange(n_out, device=y0.device)
+    rows = torch.arange(E, device=y0.device)
+    while True:
+        # dense output: every output is filled by the time t reaches t1 (outputs
+        # past t1 are never filled: the solve fails, it does not loop)
+        active = (((t < t1) if dense_output else ((t < t1) | (k < n_out)))
+                  & (n < max_steps) & good)
+        n_active = int(active.sum())
+        if not n_active:
+            break
+        has_out = (k < n_out) if not dense_output else torch.zeros_like(active)
+        kc = torch.clamp(k, max=n_out - 1)
+        target = torch.where(has_out, ts[rows, kc], t1)
+        gap = torch.where(active, target - t, torch.zeros_like(t))
+        clipped = gap <= h
+        h_try = torch.where(clipped, gap, h)
+        sub = (moving_rows.select(active, n_active, args)
+               if moving_rows is not None else None)
+        if sub is not None:
+            y1, f1, err, stages = _step_rows(step, sub, t, y, f, h_try, coeffs)
+        else:
+            y1, f1, err, stages = step(t, y, f, h_try, args, coeffs)
+        with torch.no_grad():
+            accept, hit, t_new, h, good = _control(control, active, clipped, has_out,
+                                                   target, t, h, h_try, y, y1, err,
+                                                   good)
+            n = n + (active & (h_try > 0)).to(n.dtype)
+            if dense_output:   # the outputs this step passed
+                inside = (accept[:, None] & (slots[None, :] >= k[:, None])
+                          & (ts <= t_new[:, None]))
+                k = k + inside.sum(1)
+            else:
+                k = k + hit.to(k.dtype)
+                at = hit[:, None] & (slots[None, :] == kc[:, None])
+        if dense_output:
+            ys = _write_dense_outputs(dense, ys, inside, y, stages, t, h_try, ts, sub)
+        keep = accept[:, None]
+        y = torch.where(keep, y1, y)
+        f = torch.where(keep, f1, f)
+        if not dense_output:
+            ys = torch.where(at[:, :, None], y1[:, None, :], ys)
+        t = t_new
+    ok = good & (t >= t1) & (k >= n_out)
+    return ys, y, ok, n
 
 
 def _batched_step(field: Field, tab: Tableau, dense_output: bool):

@@ -151,8 +151,8 @@ def compiled(fn: Callable[..., Any], *, simd: bool | None = None) -> Callable[..
     :data:`INDUCTOR_OPTIONS`); SIMD kernels or not as ``simd`` says, ``None``: decided on
     the first call (:data:`SIMD_MIN_ENTRIES`).
 
-    The first call per input signature traces and compiles (seconds to tens of seconds);
-    later calls run native code."""
+    The first call per input signature traces and compiles (a one-time cost); later
+    calls run native code."""
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp_wrapper = True

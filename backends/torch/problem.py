@@ -25,7 +25,7 @@ everything (float32 solves use tolerances no tighter than 1e-5).
   behave as in training; in eval mode nothing is dropped.  Networks inside the
   right-hand side run in eval mode during solves (a deterministic right-hand side).
 * ``compile=True`` (default) compiles the solves with ``torch.compile`` on the first
-  evaluation (seconds to minutes once; then each evaluation costs milliseconds).
+  evaluation (a one-time cost per problem; later evaluations run native code).
 """
 
 from __future__ import annotations

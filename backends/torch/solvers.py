@@ -13,18 +13,17 @@ from petab_sciml.backends.torch.ode import SolveOptions, solver
 from petab_sciml.backends.torch.options import FLOAT32_TOLERANCE, TorchOptions
 from petab_sciml.backends.torch.tableau import DENSE_OUTPUT
 
-KINDS = ("aug", "plain", "aug_batched", "plain_batched")
-"""``aug``: the forward-sensitivity system of one experiment, ``plain``: its states
-alone (our loop, compiled or eager); ``aug_batched``: the forward-sensitivity system of
-a batch; ``plain_batched``: a batch's states with back-propagation through the steps
-(the field the :meth:`~petab_sciml.backends.torch.fields.Fields.batched_rhs` closure,
-stages stacked, outputs from the dense output where the method has one)."""
-
 
 class Solvers:
-    """Solve functions built on first use per ``(kind, dtype)`` (:data:`KINDS`); float32
-    solves use tolerances no tighter than :data:`FLOAT32_TOLERANCE`.  ``n_steps``
-    counts the steps the solves report (reset by the executor per evaluation)."""
+    """Solve functions built on first use per ``(kind, dtype)``; float32 solves use
+    tolerances no tighter than :data:`FLOAT32_TOLERANCE`.  ``n_steps`` counts the steps
+    the solves report (reset by the executor per evaluation).
+
+    Kinds: ``aug``, the forward-sensitivity system of one experiment, and ``plain``, its
+    states alone (our loop, compiled or eager); ``aug_batched``, the forward-sensitivity
+    system of a batch; ``plain_batched``, a batch's states with back-propagation through
+    the steps (the field is the :meth:`~petab_sciml.backends.torch.fields.Fields.batched_rhs`
+    closure, stages stacked, outputs from the dense output where the method has one)."""
 
     def __init__(self, fields: Fields, options: TorchOptions):
         self.fields = fields
