@@ -1,6 +1,6 @@
 """Experiments solved as one batched solve in PyTorch (issue 17): states of shape
 ``(n_experiments, n_states)``, networks applied to the batch, each experiment with its own
-time grid and its own adaptive step sizes (``backends/torch/ode.py:
+time grid and its own adaptive step sizes (``backends/torch/batched_ode.py:
 make_batched_solve``).
 
 * The batched solver against the exact solution of a linear ODE (values and gradients
@@ -64,7 +64,8 @@ SOLVERS = [  # (method, stacked stages, dense output)
 def test_batched_solver_matches_exact_solution_and_rows_alone(method, stacked_stages, dense):
     """Term-by-term stage sums (forward sensitivities) and stacked stages (autograd),
     outputs where steps land or from the dense output."""
-    from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
+    from petab_sciml.backends.torch.batched_ode import make_batched_solve
+    from petab_sciml.backends.torch.ode import SolveOptions
 
     solve = make_batched_solve(_decay, SolveOptions(method, 1e-10, 1e-10),
                                stacked_stages=stacked_stages, dense_output=dense)
@@ -99,9 +100,9 @@ def test_batched_solver_evaluating_moving_rows_only_changes_nothing(monkeypatch,
                                                                     dense):
     """``restrict``: once rows have finished, steps evaluate the others only; values,
     gradients and steps as when every row takes (zero-length) steps to the end."""
-    from petab_sciml.backends.torch import ode
+    from petab_sciml.backends.torch import batched_ode, ode
 
-    monkeypatch.setattr(ode, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(batched_ode, "COMPACT_ROWS", 1)
     dt = torch.float64
     rates = torch.linspace(0.2, 2.0, 6, dtype=dt).requires_grad_(True)
     y0 = torch.ones((6, 2), dtype=dt) * torch.arange(1, 7, dtype=dt)[:, None]
@@ -111,7 +112,7 @@ def test_batched_solver_evaluating_moving_rows_only_changes_nothing(monkeypatch,
     for restrict in (None, lambda args, rows: args[rows]):
         # 1e-11: outputs inside steps come from the dense output, whose error is
         # O(h^6) and above the tolerance (dopri8 at 1e-10: 1.0e-8 on states up to 6)
-        solve = ode.make_batched_solve(_decay, ode.SolveOptions(method, 1e-11, 1e-11),
+        solve = batched_ode.make_batched_solve(_decay, ode.SolveOptions(method, 1e-11, 1e-11),
                                        stacked_stages=True, restrict=restrict,
                                        dense_output=dense)
         ys, y1, ok, steps = solve(y0, torch.zeros(6, dtype=dt), t1, ts, rates)
@@ -131,17 +132,17 @@ def test_batched_solver_evaluating_moving_rows_only_changes_nothing(monkeypatch,
 def _one_step_dense_error(h: float, theta: float) -> float:
     """Error of dopri8's dense output at ``t0 + theta h`` after one step of length ``h``
     of ``y' = A y`` (a damped rotation) against the matrix exponential."""
-    from petab_sciml.backends.torch import ode
+    from petab_sciml.backends.torch import tableau
 
     dt = torch.float64
-    tab = ode.tableau("dopri8")
+    tab = tableau.tableau("dopri8")
     A = torch.tensor([[-0.2, 1.0], [-1.0, -0.2]], dtype=dt)
     y0 = torch.tensor([1.0, 0.5], dtype=dt)
     ks = [A @ y0]
     for row in tab.a:   # the stages from the Butcher tableau
         yi = y0 + h * sum(a * k for a, k in zip(row, ks))
         ks.append(A @ yi)
-    got = ode.dense_output_at(torch.tensor(tab.dense, dtype=dt), y0[None],
+    got = tableau.dense_output_at(torch.tensor(tab.dense, dtype=dt), y0[None],
                            torch.stack(ks)[:, None], torch.tensor([theta], dtype=dt),
                            torch.tensor([h], dtype=dt))[0]
     return float((got - torch.linalg.matrix_exp(A * theta * h) @ y0).abs().max())
@@ -152,9 +153,9 @@ def test_dense_output_order_and_end_point():
     about 2^6 or more (local error O(h^6): a 5th-order interpolant, measured; diffrax's
     Dopri8 uses the same one), and at theta = 1 it is the step's solution (the stage
     weights' polynomials sum to ``b``)."""
-    from petab_sciml.backends.torch import ode
+    from petab_sciml.backends.torch.tableau import tableau
 
-    tab = ode.tableau("dopri8")
+    tab = tableau("dopri8")
     at_one = np.asarray(tab.dense).sum(1)
     assert np.max(np.abs(at_one - np.asarray(tab.b[: len(at_one)]))) < 1e-11
     for theta in (0.3, 0.5, 0.8):
@@ -163,7 +164,8 @@ def test_dense_output_order_and_end_point():
 
 
 def test_dense_output_needs_a_method_that_has_one():
-    from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
+    from petab_sciml.backends.torch.batched_ode import make_batched_solve
+    from petab_sciml.backends.torch.ode import SolveOptions
 
     with pytest.raises(ValueError, match="dopri5 has no dense output"):
         make_batched_solve(_decay, SolveOptions("dopri5"), dense_output=True)
@@ -171,7 +173,8 @@ def test_dense_output_needs_a_method_that_has_one():
 
 def test_batched_solver_row_failure_stays_in_its_row():
     """A row exceeding ``max_steps`` fails alone; the others finish."""
-    from petab_sciml.backends.torch.ode import SolveOptions, make_batched_solve
+    from petab_sciml.backends.torch.batched_ode import make_batched_solve
+    from petab_sciml.backends.torch.ode import SolveOptions
 
     solve = make_batched_solve(_decay, SolveOptions("dopri5", 1e-10, 1e-10, max_steps=40))
     dt = torch.float64
@@ -236,7 +239,7 @@ def _w(problem):
 
 
 def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv, monkeypatch):
-    from petab_sciml.backends.torch import simulation
+    from petab_sciml.backends.torch import batching
     from petab_sciml.problem import load_problem
 
     problem = load_problem(scaled_lv[1], backend="torch")
@@ -250,7 +253,7 @@ def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv, monkeyp
     # forward sensitivities of at most two experiments per batch: the four one-period
     # experiments split in two
     n_x, n_p = 2, batched.executor.n_p
-    monkeypatch.setattr(simulation, "FORWARD_BATCH_ENTRIES", 2 * n_x * (1 + n_x + n_p))
+    monkeypatch.setattr(batching, "FORWARD_BATCH_ENTRIES", 2 * n_x * (1 + n_x + n_p))
     split = problem.simulator(sensitivity="forward")   # a new simulator (not the cached one)
     assert sorted(len(exps) for _, exps in split.executor.batches) == [2, 2, 2]
     _agree(split.evaluate(w), reference)
@@ -330,12 +333,12 @@ def test_polynomial_formulas_against_the_compiled_ones():
     """The vectorized polynomial right-hand side (``sensitivity="autograd"`` batched
     solves) against the generated formula code: values and gradients; formulas that are
     no polynomials (or read time) are refused."""
-    from petab_sciml.backends.torch.simulation import _PolynomialFormula
+    from petab_sciml.backends.torch.polynomial import PolynomialFormula
     from petab_sciml.expressions import compile_expressions
 
     groups = [["x1", "x2"], ["k1", "k2", "k3"], ["o1"]]
     exprs = ["k1*x1 - k2*x1*x2 + 3", "x2**2*k3 - 0.5*o1*x1**3", "o1 + x1 - 2*k2", "1.5"]
-    fast = _PolynomialFormula.build(exprs, groups)
+    fast = PolynomialFormula.build(exprs, groups)
     assert fast is not None and fast.selection is None
     slow = compile_expressions(exprs, groups, backend="torch", broadcast=False)
     gen = torch.Generator().manual_seed(3)
@@ -357,46 +360,46 @@ def test_polynomial_formulas_against_the_compiled_ones():
     assert float((got - ref).abs().max()) <= 1e-13
     for a, b in zip(torch.autograd.grad((got * ct).sum(), args), g_ref):
         assert float((a - b).abs().max()) <= 1e-13
-    linear = _PolynomialFormula.build(["k1*x1 + o1", "k2*x2 - k3*x1"], groups)
+    linear = PolynomialFormula.build(["k1*x1 + o1", "k2*x2 - k3*x1"], groups)
     bound = linear.bind({0, 2}, [None, args[1], None])
     ref = compile_expressions(["k1*x1 + o1", "k2*x2 - k3*x1"], groups, backend="torch",
                               broadcast=False)(t, *args)
     assert float((bound(t, *args) - ref).abs().max()) <= 1e-14
     # a network's inputs taken from the states: a pick, the states themselves in order
-    assert _PolynomialFormula.build(["x1", "x2"], groups).selection == (0, None)
-    pick = _PolynomialFormula.build(["k3", "k1"], groups)
+    assert PolynomialFormula.build(["x1", "x2"], groups).selection == (0, None)
+    pick = PolynomialFormula.build(["k3", "k1"], groups)
     assert pick.selection == (1, [2, 0])
     assert torch.equal(pick(t, *args), args[1][:, [2, 0]])
     for other in (["exp(x1)"], ["k1*x1/(k2 + x1)"], ["time*x1"], ["x1**0.5"]):
-        assert _PolynomialFormula.build(other, groups) is None
+        assert PolynomialFormula.build(other, groups) is None
     # a coefficient table too large for the dense weighted sum: the generated code; a
     # pick of as many columns is no sum
     wide = [[f"a{i}" for i in range(70)], ["b"]]
-    assert _PolynomialFormula.build([f"a{i}*b" for i in range(70)], wide) is None
-    assert _PolynomialFormula.build(wide[0], wide).selection == (0, None)
+    assert PolynomialFormula.build([f"a{i}*b" for i in range(70)], wide) is None
+    assert PolynomialFormula.build(wide[0], wide).selection == (0, None)
 
 
 def test_network_probe_falls_back_to_vmap(scaled_lv, monkeypatch):
     """A right-hand-side network is called once on the whole batch only where that gives
     what ``vmap`` over the rows gives: a (simulated) network that mixes rows fails the
     probe and goes through ``vmap``, with the same results."""
-    from petab_sciml.backends.torch.simulation import TorchExecutor
+    from petab_sciml.backends.torch.networks import Networks
     from petab_sciml.problem import load_problem
 
     problem = load_problem(scaled_lv[1], backend="torch")
     w = _w(problem)
     auto = problem.simulator(sensitivity="autograd")
     direct = auto.evaluate(w)
-    assert auto.executor._transparent == {j: True for j in auto.executor.rhs_nets}
-    original = TorchExecutor._direct_network
+    assert auto.executor.networks.transparent == {j: True for j in auto.executor.rhs_nets}
+    original = Networks.direct
 
     def mixing(self, j, params, arrays):
         forward = original(self, j, params, arrays)
         return lambda values: forward(values) + values[:, :1].sum()   # mixes the rows
 
-    monkeypatch.setattr(TorchExecutor, "_direct_network", mixing)
+    monkeypatch.setattr(Networks, "direct", mixing)
     fallback = load_problem(scaled_lv[1], backend="torch").simulator(sensitivity="autograd")
     vmapped = fallback.evaluate(w)
-    assert fallback.executor._transparent == {j: False for j in auto.executor.rhs_nets}
+    assert fallback.executor.networks.transparent == {j: False for j in auto.executor.rhs_nets}
     assert _close(vmapped.value, direct.value) <= 1e-12
     assert _close(vmapped.grad_flat, direct.grad_flat) <= 1e-12

@@ -1,12 +1,11 @@
-"""Batch-invariant small products for eager PyTorch solves (issue 17).
+"""Batch-invariant small products for eager PyTorch solves.
 
 ``torch.nn.functional.linear`` calls BLAS, which sums ``x @ W.T`` for one row in another
 order than for a batch of rows (a matrix-vector kernel for one, blocked matrix-matrix
-kernels for many; measured: 127 of 224 row comparisons differ in the last bits over
-eight layer shapes and batches of 2-1,000).  Suite case 038 has a ReLU network in the
-right-hand side; its kinks make the controller reject most steps, and those last bits
-flipped accept / reject decisions, so experiments solved as one batch ended 1e-9 (value)
-to 0.04 (gradient, ``autograd``) away from the same experiments solved alone.
+kernels for many), so a row's last bits depend on the batch it is in.  In a right-hand
+side with kinks (a ReLU network) those last bits can flip the step controller's
+accept / reject decisions, and experiments solved as one batch would end away from the
+same experiments solved alone.
 
 Here a small product (:func:`petab_sciml.batch_invariance.takes_ordered_product`) is an
 elementwise product and a sum over the last axis: PyTorch's elementwise kernels round
@@ -20,14 +19,12 @@ that may have kinks (``TorchOptions.ordered_products``); compiled solves
 (``compile=True``, one experiment at a time) and smooth right-hand sides keep
 ``torch.nn.Linear``.
 
-Cost, objective + gradient with ``autograd`` (``benchmarks/bench_ordered_products.py``):
-1.05-1.5x ``torch.nn.Linear``'s on the Lotka-Volterra UDE (1-1,000 experiments) and
-1.1-2.1x on the 5-state problem, whose 5-96 first layer qualifies.  Tried and not
-taken: one ``torch.bmm`` per row against the expanded weight (1.5x at 1,000
-experiments of the 5-state problem, but its invariance rests on the BLAS kernel for a
-1-row product not depending on where the row lies in memory, which nothing promises),
-and that with a custom backward through one matrix product for the weight gradient
-(its Python overhead made one experiment of the Lotka-Volterra UDE 1.4x slower).
+Ordered products cost more than ``torch.nn.Linear``'s in eager PyTorch
+(``benchmarks/bench_ordered_products.py``).  Not taken: one ``torch.bmm`` per row
+against the expanded weight (its invariance rests on the BLAS kernel for a 1-row
+product not depending on where the row lies in memory, which nothing promises), and
+that with a custom backward through one matrix product for the weight gradient (its
+Python overhead per call).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ everything (float32 solves use tolerances no tighter than 1e-5).
   behave as in training; in eval mode nothing is dropped.  Networks inside the
   right-hand side run in eval mode during solves (a deterministic right-hand side).
 * ``compile=True`` (default) compiles the solves with ``torch.compile`` on the first
-  evaluation (seconds to minutes once; then each evaluation costs milliseconds).
+  evaluation (a one-time cost per problem; later evaluations run native code).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class TorchProblem(torch.nn.Module):
     def __init__(self, problem: Any, params: Any = None, *,
                  generator: torch.Generator | None = None, **options: Any):
         super().__init__()
-        from petab_sciml.backends.torch import BACKEND
+        from petab_sciml.backends.torch.build import build_module
         from petab_sciml.backends.torch.simulation import TorchExecutor, TorchOptions
         from petab_sciml.problem.dropout import dropout_targets
         from petab_sciml.simulation import build_plan
@@ -61,7 +61,7 @@ class TorchProblem(torch.nn.Module):
         nets = {}
         self.dropout_targets: dict[str, list[Any]] = {}
         for net in plan.networks:
-            module = BACKEND.build(net.network, dtype="float64")
+            module = build_module(net.network, dtype="float64")
             state = module.state_dict(keep_vars=True)
             with torch.no_grad():
                 for s in net.arrays:
