@@ -16,14 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED
+from petab_sciml.catalogue import FUNCTIONS, LAYERS
 from petab_sciml.errors import NetworkError
-from petab_sciml.network import FreeParameter, Network, unique_node_name
+from petab_sciml.formats.graph_building import (
+    GraphBuilder,
+    Tensor,
+    call_arguments,
+    drop_unused,
+)
+from petab_sciml.network import ID_PATTERN, FreeParameter, Network
 
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GENERIC_LABEL = re.compile(r"^variable\d*$")
-_TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
-
 
 
 def _source_names(mapping: Mapping[str, str] | None) -> dict[str, str]:
@@ -61,11 +64,6 @@ class _Array:
 
 
 @dataclass(frozen=True)
-class _T:
-    name: str
-
-
-@dataclass(frozen=True)
 class _Marker:
     """A partial pattern (``sign(x)``, ``erf(x / sqrt 2)`` ...) awaiting its completion."""
 
@@ -75,7 +73,7 @@ class _Marker:
 
 
 @dataclass
-class _Lifter:
+class _Lifter(GraphBuilder):
     nnef: Any
     graph: Any
     source: Path
@@ -89,7 +87,7 @@ class _Lifter:
     taken: set[str] = field(default_factory=set)
     env: dict[str, Any] = field(default_factory=dict)
     var_target: dict[str, str] = field(default_factory=dict)
-    attr_nodes: dict[str, _T] = field(default_factory=dict)
+    attr_nodes: dict[str, Tensor] = field(default_factory=dict)
     variables: dict[str, tuple[np.ndarray, bool]] = field(default_factory=dict)
     placeholders: list[str] = field(default_factory=list)
     missing_data: list[str] = field(default_factory=list)
@@ -101,9 +99,6 @@ class _Lifter:
         return NetworkError(message, file=self.source, entry=self.where or None)
 
     # ------------------------------------------------------------------ naming
-    def fresh(self, base: str) -> str:
-        return unique_node_name(base, self.taken)
-
     def source_name(self, tensor: str) -> str | None:
         """The source name of an NNEF tensor (mapping JSON, else a non-generic label)."""
         if tensor in self.names:
@@ -150,7 +145,7 @@ class _Lifter:
 
     def tensor(self, value: Any, what: str) -> Any:
         """``value`` as something a catalogue function accepts (tensor or number)."""
-        if isinstance(value, _T) or isinstance(value, (int, float)) and not isinstance(
+        if isinstance(value, Tensor) or isinstance(value, (int, float)) and not isinstance(
                 value, bool):
             return value
         if isinstance(value, _Array):
@@ -158,13 +153,13 @@ class _Lifter:
                 return float(value.data.reshape(()))
             return self.materialize(value)
         if isinstance(value, _Marker) and value.node:
-            return _T(value.node)
+            return Tensor(value.node)
         if isinstance(value, _Marker):
             raise self.error(f"{what}: the {value.kind} pattern is used in an unsupported "
                              "way")
         raise self.error(f"{what}: expected a tensor, got {value!r}")
 
-    def materialize(self, array: _Array) -> _T:
+    def materialize(self, array: _Array) -> Tensor:
         """A get_attr node of the array's variable (then its unsqueeze/reshape ops)."""
         target = self.var_target.get(array.base)
         if target is None:
@@ -192,7 +187,7 @@ class _Lifter:
             group = _module_path_id(group)
         else:
             group, array = ROOT_GROUP, re.sub(r"\W", "_", src or var)
-        if not _ID.match(array):
+        if not ID_PATTERN.match(array):
             array = f"v_{array}"
         base_group = group
         i = 0
@@ -234,26 +229,7 @@ class _Lifter:
         self.params.setdefault(layer_id, {})[name] = data.reshape(tuple(shape)).copy()
 
     # ------------------------------------------------------------------ emitting
-    def ir(self, value: Any) -> Any:
-        if isinstance(value, _T):
-            return value.name
-        if isinstance(value, (list, tuple)):
-            return [self.ir(v) for v in value]
-        if isinstance(value, Mapping):
-            return {k: self.ir(v) for k, v in value.items()}
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        raise self.error(f"unsupported value {value!r}")
-
-    def emit(self, op: str, target: str, args: list[Any], kwargs: dict[str, Any] | None = None,
-             base: str | None = None) -> _T:
-        name = self.fresh(base or target)
-        self.nodes.append({"name": name, "op": op, "target": target,
-                           "args": [self.ir(a) for a in args],
-                           "kwargs": {k: self.ir(v) for k, v in (kwargs or {}).items()}})
-        return _T(name)
-
-    def call(self, function: str, values: Mapping[str, Any], base: str | None = None) -> _T:
+    def call(self, function: str, values: Mapping[str, Any], base: str | None = None) -> Tensor:
         spec = FUNCTIONS[function]
         values = dict(values)
         for p in spec.params:
@@ -261,15 +237,7 @@ class _Lifter:
                 values[p.name] = self.tensor(values[p.name], function)
             elif p.name in values and p.kind == "tensors":
                 values[p.name] = [self.tensor(v, function) for v in values[p.name]]
-        last = max((i for i, p in enumerate(spec.params)
-                    if p.name in values and (p.kind in _TENSOR_KINDS or p.default is REQUIRED)),
-                   default=-1)
-        args, kwargs = [], {}
-        for i, p in enumerate(spec.params):
-            if i <= last:
-                args.append(values.get(p.name, p.default))
-            elif p.name in values and values[p.name] != p.default:
-                kwargs[p.name] = values[p.name]
+        args, kwargs = call_arguments(spec, values, lambda p, v: v != p.default)
         return self.emit("call_function", function, args, kwargs, base=base or function)
 
     def shared(self, arrays: Sequence[Any]) -> str | None:
@@ -285,7 +253,7 @@ class _Lifter:
         return None
 
     def reuse(self, layer_id: str, layer_type: str, args: dict[str, Any],
-              inputs: Sequence[Any], node_name: str) -> _T:
+              inputs: Sequence[Any], node_name: str) -> Tensor:
         """Call an existing layer again (its arguments must agree)."""
         known = self.layers[layer_id]
         spec = LAYERS[layer_type]
@@ -298,7 +266,7 @@ class _Lifter:
         return self.emit("call_module", layer_id, tensors, base=node_name)
 
     def add_layer(self, layer_id: str, layer_type: str, args: dict[str, Any],
-                  inputs: Sequence[Any], node_name: str) -> _T:
+                  inputs: Sequence[Any], node_name: str) -> Tensor:
         spec = LAYERS[layer_type]
         try:
             config = spec.resolve_args(args, file=self.source, entry=f"layer {layer_id!r}")
@@ -354,13 +322,13 @@ def _out(op: Any) -> str:
     return str(next(iter(op.outputs.values())))
 
 
-def _external(lf: _Lifter, op: Any) -> _T:
+def _external(lf: _Lifter, op: Any) -> Tensor:
     name = _out(op)
     src = lf.names.get(name)
-    node = lf.fresh(src if src and _ID.match(src) else name)
+    node = lf.fresh(src if src and ID_PATTERN.match(src) else name)
     lf.nodes.append({"name": node, "op": "placeholder", "target": node})
     lf.placeholders.append(node)
-    return _T(node)
+    return Tensor(node)
 
 
 def _variable(lf: _Lifter, op: Any) -> _Array:
@@ -404,7 +372,7 @@ def _cast(lf: _Lifter, op: Any) -> Any:
     name = op.inputs[next(iter(op.inputs))]
     value = _plain(lf, lf.value(name))
     tensor = lf.graph.tensors.get(name) if isinstance(name, str) else None
-    logical = isinstance(value, bool) or isinstance(value, _T) and (
+    logical = isinstance(value, bool) or isinstance(value, Tensor) and (
         value.name in lf.logical or getattr(tensor, "dtype", None) == "logical")
     if op.dtype == "logical":
         if not logical:
@@ -420,7 +388,7 @@ def _cast(lf: _Lifter, op: Any) -> Any:
 
 
 def _unary(function: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         x = _input(lf, op, next(iter(op.inputs)))
         return lf.call(function, {"input": x}, base=_out(op))
 
@@ -430,7 +398,7 @@ def _unary(function: str):
 def _relu(lf: _Lifter, op: Any) -> Any:
     x = _input(lf, op, "x")
     if isinstance(x, _Marker) and x.kind == "abs":
-        return _Marker("relu_abs", x.of, lf.call("relu", {"input": _T(x.node)},
+        return _Marker("relu_abs", x.of, lf.call("relu", {"input": Tensor(x.node)},
                                                      base=_out(op)).name)
     return lf.call("relu", {"input": x}, base=_out(op))
 
@@ -438,14 +406,14 @@ def _relu(lf: _Lifter, op: Any) -> Any:
 def _abs(lf: _Lifter, op: Any) -> Any:
     x = _input(lf, op, "x")
     node = lf.call("abs", {"input": x}, base=_out(op))
-    return _Marker("abs", x, node.name) if isinstance(x, _T) else node
+    return _Marker("abs", x, node.name) if isinstance(x, Tensor) else node
 
 
 def _sign(lf: _Lifter, op: Any) -> Any:
     # computed now (pruned if only the sign(x) * relu(abs(x)) = x identity uses it)
     x = _input(lf, op, "x")
     node = lf.call("sign", {"input": x}, base=_out(op))
-    return _Marker("sign", x, node.name) if isinstance(x, _T) else node
+    return _Marker("sign", x, node.name) if isinstance(x, Tensor) else node
 
 
 def _erf(lf: _Lifter, op: Any) -> Any:
@@ -459,7 +427,7 @@ def _erf(lf: _Lifter, op: Any) -> Any:
 def _plain(lf: _Lifter, value: Any) -> Any:
     """A marker used as an ordinary value: its computed node (abs, relu(abs))."""
     if isinstance(value, _Marker) and value.node:
-        return _T(value.node)
+        return Tensor(value.node)
     return value
 
 
@@ -471,7 +439,7 @@ def _binary(function: str):
         x, y = _aligned(lf, op, ("x", "y"))
         if function in ("min", "max"):
             x, y = lf.tensor(x, function), lf.tensor(y, function)
-            numbers = [v for v in (x, y) if not isinstance(v, _T)]
+            numbers = [v for v in (x, y) if not isinstance(v, Tensor)]
             if len(numbers) == 2:
                 return float(min(x, y) if function == "min" else max(x, y))
             if not numbers:
@@ -489,7 +457,7 @@ def _binary(function: str):
 def _operand_shape(lf: _Lifter, op: Any, name: str, value: Any) -> tuple[int, ...] | None:
     if isinstance(value, _Array):
         return tuple(value.data.shape)
-    shape = lf.shape(op.inputs[name]) if isinstance(value, _T) else None
+    shape = lf.shape(op.inputs[name]) if isinstance(value, Tensor) else None
     return None if shape is None else tuple(shape)
 
 
@@ -520,7 +488,7 @@ def _extend(lf: _Lifter, value: Any, rank: int, target: int) -> Any:
 
 
 def _compare(function: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         x, y = _aligned(lf, op, ("x", "y"))
         node = lf.call(function, {"input": x, "other": y}, base=_out(op))
         lf.logical.add(node.name)
@@ -531,10 +499,10 @@ def _compare(function: str):
 
 def _logical(function: str):
     """``or`` / ``and`` of logical tensors: PyTorch's bool + bool / bool * bool."""
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         x, y = _aligned(lf, op, ("x", "y"))
         for v in (x, y):
-            if not (isinstance(v, _T) and v.name in lf.logical):
+            if not (isinstance(v, Tensor) and v.name in lf.logical):
                 raise lf.error(f"{op.name} of a value that is not a comparison")
         node = lf.call(function, {"input": x, "other": y}, base=_out(op))
         lf.logical.add(node.name)
@@ -548,7 +516,7 @@ def _select(lf: _Lifter, op: Any) -> Any:
     if isinstance(condition, bool):
         return a if condition else b
     node = lf.call("where", {"condition": condition, "input": a, "other": b}, base=_out(op))
-    if all(isinstance(v, _T) and v.name in lf.logical for v in (a, b)):
+    if all(isinstance(v, Tensor) and v.name in lf.logical for v in (a, b)):
         lf.logical.add(node.name)
     return node
 
@@ -570,9 +538,9 @@ def _patterns(lf: _Lifter, function: str, x: Any, y: Any, base: str) -> Any:
 
     pairs = [(x, y), (y, x)] if function in ("mul", "add") else [(x, y)]
     for a, b in pairs:
-        if function == "div" and isinstance(a, _T) and _is_number(b, math.sqrt(2.0)):
+        if function == "div" and isinstance(a, Tensor) and _is_number(b, math.sqrt(2.0)):
             return mark("div_sqrt2", a)
-        if function == "mul" and isinstance(a, _T) and _is_number(b, 1 / math.sqrt(2.0)):
+        if function == "mul" and isinstance(a, Tensor) and _is_number(b, 1 / math.sqrt(2.0)):
             return mark("div_sqrt2", a)
         if function == "mul" and isinstance(a, _Marker) and a.kind == "sign" and isinstance(
                 b, _Marker) and b.kind in ("abs", "relu_abs") and b.of == a.of:
@@ -596,7 +564,7 @@ def _patterns(lf: _Lifter, function: str, x: Any, y: Any, base: str) -> Any:
 
 
 def _with_attrs(function: str, **attrs: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         values = {"input": _plain(lf, _input(lf, op, "x"))}
         for nnef_name, name in attrs.items():
             if nnef_name in op.attribs:
@@ -606,34 +574,34 @@ def _with_attrs(function: str, **attrs: str):
     return handler
 
 
-def _selu(lf: _Lifter, op: Any) -> _T:
+def _selu(lf: _Lifter, op: Any) -> Tensor:
     alpha, lam = op.attribs.get("alpha", 1.67326319), op.attribs.get("lambda", 1.05070102)
     if abs(alpha - 1.6732632423543772) > 1e-6 or abs(lam - 1.0507009873554805) > 1e-6:
         raise lf.error("selu with non-default alpha or lambda is not supported")
     return lf.call("selu", {"input": _input(lf, op, "x")}, base=_out(op))
 
 
-def _softmax(lf: _Lifter, op: Any) -> _T:
+def _softmax(lf: _Lifter, op: Any) -> Tensor:
     axes = list(op.attribs.get("axes", [1]))
     if len(axes) != 1:
         raise lf.error(f"softmax over several axes {axes} is not supported")
     return lf.call("softmax", {"input": _input(lf, op, "x"), "dim": axes[0]}, base=_out(op))
 
 
-def _rcp(lf: _Lifter, op: Any) -> _T:
+def _rcp(lf: _Lifter, op: Any) -> Tensor:
     return lf.call("div", {"input": 1.0, "other": _input(lf, op, "x")}, base=_out(op))
 
 
-def _sqr(lf: _Lifter, op: Any) -> _T:
+def _sqr(lf: _Lifter, op: Any) -> Tensor:
     return lf.call("pow", {"input": _input(lf, op, "x"), "exponent": 2.0}, base=_out(op))
 
 
-def _rsqrt(lf: _Lifter, op: Any) -> _T:
+def _rsqrt(lf: _Lifter, op: Any) -> Tensor:
     root = lf.call("sqrt", {"input": _input(lf, op, "x")})
     return lf.call("div", {"input": 1.0, "other": root}, base=_out(op))
 
 
-def _clamp(lf: _Lifter, op: Any) -> _T:
+def _clamp(lf: _Lifter, op: Any) -> Tensor:
     x, a, b = _input(lf, op, "x"), _input(lf, op, "a"), _input(lf, op, "b")
     for bound in (a, b):
         if isinstance(bound, _Array) and bound.data.size == 1:
@@ -695,7 +663,7 @@ def _unsqueeze(lf: _Lifter, op: Any) -> Any:
     return out
 
 
-def _transpose(lf: _Lifter, op: Any) -> _T:
+def _transpose(lf: _Lifter, op: Any) -> Tensor:
     axes = list(op.attribs["axes"])
     rank = _rank(lf, op)
     if rank is not None and len(axes) < rank:
@@ -743,7 +711,7 @@ def _reshape(lf: _Lifter, op: Any) -> Any:
 
 
 def _concat(function: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         values = _input(lf, op, "values")
         axis = int(op.attribs["axis"])
         return lf.call(function, {"tensors": values, "dim": axis}, base=_out(op))
@@ -794,7 +762,7 @@ def _reversed_slice(n: int, b: int, e: int, k: int) -> dict[str, list[Any]]:
     return {"slice": [start or None, None if stop >= n else stop, None if k == 1 else k]}
 
 
-def _prelu(lf: _Lifter, op: Any) -> _T:
+def _prelu(lf: _Lifter, op: Any) -> Tensor:
     x, alpha = _input(lf, op, "x"), _input(lf, op, "alpha")
     shape = lf.shape(op.inputs["x"])
     if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
@@ -861,7 +829,7 @@ def _pad(lf: _Lifter, op: Any) -> Any:
     return lf.call("squeeze", {"input": x, "dim": 0}, base=_out(op)) if batch else x
 
 
-def _matmul(lf: _Lifter, op: Any) -> _T:
+def _matmul(lf: _Lifter, op: Any) -> Tensor:
     a, b = _input(lf, op, "A"), _input(lf, op, "B")
     a, b = lf.tensor(a, "matmul"), lf.tensor(b, "matmul")
     if op.attribs.get("transposeA"):
@@ -881,7 +849,7 @@ def _bias(lf: _Lifter, value: Any, layer_id: str, n: int) -> bool:
     return True
 
 
-def _linear(lf: _Lifter, op: Any) -> _T:
+def _linear(lf: _Lifter, op: Any) -> Tensor:
     weight = lf.array(_input(lf, op, "filter"), "linear filter")
     if weight.data.ndim != 2:
         raise lf.error(f"linear filter must be 2-d, got shape {weight.data.shape}")
@@ -919,7 +887,7 @@ def _auto_padding(sizes: Sequence[int], kernel: Sequence[int], stride: Sequence[
     return out
 
 
-def _conv(lf: _Lifter, op: Any) -> _T:
+def _conv(lf: _Lifter, op: Any) -> Tensor:
     weight = lf.array(_input(lf, op, "filter"), "conv filter")
     n = weight.data.ndim - 2
     if n not in (1, 2, 3):
@@ -976,7 +944,7 @@ def _one(values: Any) -> Any:
     return [int(v) for v in values] if isinstance(values, list) else values
 
 
-def _deconv(lf: _Lifter, op: Any) -> _T:
+def _deconv(lf: _Lifter, op: Any) -> Tensor:
     weight = lf.array(_input(lf, op, "filter"), "deconv filter")
     n = weight.data.ndim - 2
     stride, dilation, padding = _window(lf, op, n)
@@ -1013,7 +981,7 @@ def _torch_pool_out(size: int, k: int, s: int, p: int, d: int, ceil: bool) -> in
 
 
 def _pool(kind: str):
-    def handler(lf: _Lifter, op: Any) -> _T:
+    def handler(lf: _Lifter, op: Any) -> Tensor:
         size = list(op.attribs["size"])
         rank = len(size)
         in_shape = lf.shape(op.inputs["input"])
@@ -1122,7 +1090,7 @@ def _claim_affine(lf: _Lifter, op: Any, layer_id: str, scale: Any, offset: Any, 
         raise lf.error(f"{op.name} with constant scale/offset other than 1/0")
 
 
-def _batch_norm(lf: _Lifter, op: Any) -> _T:
+def _batch_norm(lf: _Lifter, op: Any) -> Tensor:
     rank = _norm_rank(lf, op)
     n = {2: 1, 3: 1, 4: 2, 5: 3}.get(rank)
     if n is None:
@@ -1143,7 +1111,7 @@ def _batch_norm(lf: _Lifter, op: Any) -> _T:
     return lf.add_layer(layer_id, f"BatchNorm{n}d", args, [_input(lf, op, "input")], _out(op))
 
 
-def _mvn(lf: _Lifter, op: Any) -> _T:
+def _mvn(lf: _Lifter, op: Any) -> Tensor:
     rank = _norm_rank(lf, op)
     axes = _axes(lf, op.attribs["axes"], rank)
     n = len(axes)
@@ -1192,14 +1160,6 @@ _OPS: dict[str, Any] = {
 }
 
 
-def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop function and get_attr nodes whose values nothing uses (shared with the
-    TorchScript reader)."""
-    from petab_sciml.formats.torchscript import _prune as prune
-
-    return prune(nodes)
-
-
 def lift_graph(nnef: Any, graph: Any, source: Path, shapes: dict[str, list[int]],
                mapping: Mapping[str, str] | None, *, net_id: str | None = None,
                input_ids: Sequence[str] | None = None, values: bool = True
@@ -1218,19 +1178,12 @@ def lift_graph(nnef: Any, graph: Any, source: Path, shapes: dict[str, list[int]]
         value = _plain(lifter, value)
         if isinstance(value, _Array):
             value = lifter.materialize(value)
-        if not isinstance(value, _T):
+        if not isinstance(value, Tensor):
             raise NetworkError(f"graph output {name!r} is not a tensor", file=source)
         out_names.append(value.name)
     nodes = lifter.nodes + [{"name": "output", "op": "output", "target": "output",
                              "args": [out_names if len(out_names) > 1 else out_names[0]]}]
-    nodes = _prune(nodes)
-    used = {n["target"] for n in nodes if n["op"] == "get_attr"}
-    free = [p for pid, p in lifter.free.items() if pid in used]
-    params = {g: dict(a) for g, a in lifter.params.items()}
-    for pid in set(lifter.free) - used:
-        group, array = pid.split(".", 1)
-        params.get(group, {}).pop(array, None)
-    params = {g: a for g, a in params.items() if a}
+    nodes, free, params = drop_unused(nodes, lifter.free, lifter.params)
     inputs = list(lifter.placeholders)
     if input_ids is not None:
         if isinstance(input_ids, str) or len(input_ids) != len(inputs):
@@ -1238,7 +1191,7 @@ def lift_graph(nnef: Any, graph: Any, source: Path, shapes: dict[str, list[int]]
                                f"{len(inputs)} input(s)", file=source, entry="input_ids")
         inputs = list(input_ids)
     if net_id is None:
-        net_id = graph.name if _ID.match(str(graph.name)) else "net"
+        net_id = graph.name if ID_PATTERN.match(str(graph.name)) else "net"
     network = Network.build(net_id, inputs, list(lifter.layers.values()), nodes, free,
                             source=source)
     return network, params
