@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from petab_sciml.errors import NetworkError, require
+from petab_sciml.formats.graph_building import reachable
 from petab_sciml.formats.pytorch_file import _import_file, check_trust
 from petab_sciml.network import Network, unique_node_name
 from petab_sciml.plugins import NetworkFormat
@@ -408,22 +409,16 @@ def _float_dtype(leaves: Sequence[Any]) -> np.dtype:
 
 def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Nodes the output depends on (and the placeholders)."""
-    by_name = {n["name"]: n for n in nodes}
-    live, stack = set(), [n["name"] for n in nodes if n["op"] in ("output", "placeholder")]
-    while stack:
-        name = stack.pop()
-        if name in live:
-            continue
-        live.add(name)
-        stack.extend(_refs(by_name[name].get("args", []), by_name))
+    live = reachable(nodes, ("output", "placeholder"), lambda n: _refs(n.get("args", [])))
     return [n for n in nodes if n["name"] in live]
 
 
-def _refs(value: Any, names: Mapping[str, Any]) -> list[str]:
+def _refs(value: Any) -> list[str]:
+    """The strings in ``value`` and its nested lists (the node names an arg may read)."""
     if isinstance(value, str):
-        return [value] if value in names else []
+        return [value]
     if isinstance(value, (list, tuple)):
-        return [r for v in value for r in _refs(v, names)]
+        return [r for v in value for r in _refs(v)]
     return []
 
 

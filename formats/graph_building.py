@@ -9,7 +9,7 @@ clean-up before :meth:`petab_sciml.network.Network.build`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,19 +109,32 @@ def drop_unused(nodes: list[dict[str, Any]], free: Mapping[str, FreeParameter],
 def prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drop function and get_attr nodes whose values nothing uses (placeholders, layer
     calls and the output are kept)."""
+    live = reachable(nodes, ("output", "placeholder", "call_module"), _node_strings)
+    return [n for n in nodes if n["name"] in live]
+
+
+def reachable(nodes: list[dict[str, Any]], roots: Collection[str],
+              refs: Callable[[dict[str, Any]], Iterable[str]]) -> set[str]:
+    """Names of the nodes whose op is in ``roots`` and of every node they read,
+    transitively; ``refs(node)`` lists the names a node reads (others are ignored)."""
     by_name = {n["name"]: n for n in nodes}
-    used: set[str] = set()
-    stack = [n["name"] for n in nodes if n["op"] in ("output", "placeholder", "call_module")]
+    live: set[str] = set()
+    stack = [n["name"] for n in nodes if n["op"] in roots]
     while stack:
         name = stack.pop()
-        if name in used:
+        if name in live:
             continue
-        used.add(name)
-        refs: list[str] = []
-        _strings(by_name[name].get("args", []), refs)
-        _strings(by_name[name].get("kwargs", {}), refs)
-        stack.extend(r for r in refs if r in by_name)
-    return [n for n in nodes if n["name"] in used]
+        live.add(name)
+        stack.extend(r for r in refs(by_name[name]) if r in by_name)
+    return live
+
+
+def _node_strings(node: dict[str, Any]) -> list[str]:
+    """Every string in a node's args and kwargs (the node names it may read)."""
+    out: list[str] = []
+    _strings(node.get("args", []), out)
+    _strings(node.get("kwargs", {}), out)
+    return out
 
 
 def _strings(value: Any, out: list[str]) -> None:

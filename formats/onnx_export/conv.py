@@ -35,12 +35,8 @@ def _conv(ex: _Exporter, lay: Any, ins: list[Any]) -> str:
         xb = ex.op("Pad", [xb, ex.ints([0, 0] + begins + [0, 0] + ends, "pads")],
                    mode=onnx_mode)
         begins, ends = [0] * n, [0] * n
-    args = [xb, ex.init(lay.id, "weight")]
-    if c["bias"]:
-        args.append(ex.init(lay.id, "bias"))
-    y = ex.op("Conv", args, kernel_shape=list(as_tuple(c["kernel_size"], n)),
-              strides=list(as_tuple(c["stride"], n)), dilations=list(as_tuple(c["dilation"], n)),
-              pads=begins + ends, group=int(c["groups"]))
+    y = ex.op("Conv", _inputs(ex, lay, xb), **_window(c, n), pads=begins + ends,
+              group=int(c["groups"]))
     return ex.rebatch(y, added)
 
 
@@ -50,11 +46,21 @@ def _conv_transpose(ex: _Exporter, lay: Any, ins: list[Any]) -> str:
     n = spatial_dims(lay)
     xb, added = ex.unbatch(ins[0], n, lay.type)
     p = list(as_tuple(c["padding"], n))
-    args = [xb, ex.init(lay.id, "weight")]
-    if c["bias"]:
-        args.append(ex.init(lay.id, "bias"))
-    y = ex.op("ConvTranspose", args, kernel_shape=list(as_tuple(c["kernel_size"], n)),
-              strides=list(as_tuple(c["stride"], n)), dilations=list(as_tuple(c["dilation"], n)),
-              pads=p + p, output_padding=list(as_tuple(c["output_padding"], n)),
-              group=int(c["groups"]))
+    y = ex.op("ConvTranspose", _inputs(ex, lay, xb), **_window(c, n), pads=p + p,
+              output_padding=list(as_tuple(c["output_padding"], n)), group=int(c["groups"]))
     return ex.rebatch(y, added)
+
+
+def _inputs(ex: _Exporter, lay: Any, xb: str) -> list[str]:
+    """The input, the weight and (if any) the bias of a convolution."""
+    args = [xb, ex.init(lay.id, "weight")]
+    if lay.config["bias"]:
+        args.append(ex.init(lay.id, "bias"))
+    return args
+
+
+def _window(c: Mapping[str, Any], n: int) -> dict[str, list[int]]:
+    """The kernel_shape, strides and dilations attributes of a convolution."""
+    return {"kernel_shape": list(as_tuple(c["kernel_size"], n)),
+            "strides": list(as_tuple(c["stride"], n)),
+            "dilations": list(as_tuple(c["dilation"], n))}
