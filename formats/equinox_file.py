@@ -32,12 +32,11 @@ import numpy as np
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.formats.graph_building import reachable
 from petab_sciml.formats.pytorch_file import _import_file, check_trust
-from petab_sciml.network import Network, unique_node_name
+from petab_sciml.network import ID_PATTERN, Network, unique_node_name
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "network_from_equinox", "FORMAT"]
 
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _UNARY = {"exp": "exp", "log": "log", "tanh": "tanh", "logistic": "sigmoid", "sqrt": "sqrt",
           "abs": "abs", "neg": "neg", "sign": "sign", "sin": "sin", "cos": "cos",
@@ -312,7 +311,7 @@ class _Lifter:
             for lo, hi in reversed(pads):
                 flat += [lo, hi]
             x = self.emit("pad", [x], {"pad": flat})
-        layer_id = group if _ID.match(group) else "conv"
+        layer_id = group if ID_PATTERN.match(group) else "conv"
         k = 0
         taken = {layer["layer_id"] for layer in self.layers} | {f.split(".")[0] for f in
                                                                    self.free}
@@ -455,7 +454,7 @@ def read_with_parameters(path: str | os.PathLike, *, trust_code: bool = False,
         raise NetworkError("no such file", file=path)
     py_module = _import_file(path)
     cls, net_id = _find_class(py_module, net_id, path)
-    if not _ID.match(net_id):
+    if not ID_PATTERN.match(net_id):
         raise NetworkError(f"network id must be a valid PEtab id, got {net_id!r}", file=path)
     shapes = input_shapes or getattr(cls, "input_shapes", None) or getattr(
         py_module, "INPUT_SHAPES", None)

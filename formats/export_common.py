@@ -40,11 +40,8 @@ class Registry:
             return fn
         return register
 
-    def get(self, name: str | None) -> Handler | None:
-        return self.handlers.get(name) if name is not None else None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.handlers
+    def get(self, name: str) -> Handler | None:
+        return self.handlers.get(name)
 
 
 class PoolLayer:

@@ -46,7 +46,8 @@ _INPUT_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
 _FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"
 
 MIN_OPSET = 6
-"""Oldest default-domain opset read (the issue targets 13+, the ONNX test data uses 6-12)."""
+"""Oldest default-domain opset read (the ONNX test data uses opsets 6-12; 13+ is the
+common case)."""
 
 # Attribute names of torch.fx.GraphModule: layer ids and free-parameter groups become
 # submodules in the torch backend and must not shadow these.
