@@ -1,47 +1,22 @@
-"""What the two exporters (IR -> ONNX, IR -> NNEF) share: the registry their op families
-fill, functional pools seen as layers, and the catalogue facts both need.
-
-Each exporter keeps one :class:`Registry` of layer types and one of catalogue functions;
-a family module registers one function per layer type or function with
-:meth:`Registry.handles`, and the exporter's driver looks the handler up by name.
+"""What the two exporters (IR -> ONNX, IR -> NNEF) share besides their registries
+(:mod:`petab_sciml.formats.op_registry`): functional pools seen as layers, the arguments
+an activation layer applies, convolution padding, and which functions only move
+elements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from petab_sciml.catalogue import LAYERS, POOL_FUNCTIONS, as_tuple
 from petab_sciml.network import Ref
-
-Handler = Callable[..., Any]
 
 ELEMENT_MOVING_FUNCTIONS = frozenset({
     "flatten", "reshape", "permute", "transpose", "squeeze", "unsqueeze", "contiguous",
     "getitem", "cat", "stack", "flip"})
 """Functions that move elements without computing: a bool operand gives a bool result
 (as in PyTorch), so both exporters keep comparisons' types through them."""
-
-
-class Registry:
-    """Names (layer types, or catalogue functions) -> the function that exports them."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.handlers: dict[str, Handler] = {}
-
-    def handles(self, *names: str) -> Callable[[Handler], Handler]:
-        """Register the decorated function as the exporter of ``names``."""
-        def register(fn: Handler) -> Handler:
-            for name in names:
-                if name in self.handlers:  # pragma: no cover - a bug in a family module
-                    raise ValueError(f"{self.kind} {name} has two exporters")
-                self.handlers[name] = fn
-            return fn
-        return register
-
-    def get(self, name: str) -> Handler | None:
-        return self.handlers.get(name)
 
 
 class PoolLayer:
@@ -75,5 +50,4 @@ def conv_padding(config: Mapping[str, Any], n: int) -> list[tuple[int, int]]:
     return [(p, p) for p in as_tuple(padding, n)]
 
 
-__all__ = ["ELEMENT_MOVING_FUNCTIONS", "Handler", "PoolLayer", "Registry",
-           "activation_bound", "conv_padding"]
+__all__ = ["ELEMENT_MOVING_FUNCTIONS", "PoolLayer", "activation_bound", "conv_padding"]

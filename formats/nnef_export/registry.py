@@ -10,7 +10,7 @@ tuples of identifiers for a tuple result), named after the node.
 
 from __future__ import annotations
 
-from ..export_common import Registry
+from ..op_registry import Registry
 
 LAYERS = Registry("layer type")
 FUNCTIONS = Registry("function")

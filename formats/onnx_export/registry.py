@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..export_common import Handler, Registry
+from ..op_registry import Handler, Registry
 
 MIN_EXPORT_OPSET = 17
 """Oldest opset written."""
