@@ -445,6 +445,38 @@ def _unsupported(message: str):
     return handler
 
 
+def _linear(lf: _Lifter, a: dict[str, Any]) -> Tensor:
+    """F.linear outside nn.Linear: input @ weight.T (+ bias)."""
+    x = _t(lf, a["input"], "linear")
+    w = lf.call("transpose", {"input": _t(lf, a["weight"], "linear"), "dim0": 0, "dim1": 1})
+    y = lf.call("matmul", {"input": x, "other": w})
+    return y if a.get("bias") is None else lf.call("add", {"input": y, "other": a["bias"]})
+
+
+def _baddbmm(lf: _Lifter, a: dict[str, Any]) -> Tensor:
+    """beta * self + alpha * batch1 @ batch2."""
+    product = lf.call("matmul", {"input": a["batch1"], "other": a["batch2"]})
+    if a.get("alpha", 1) != 1:
+        product = lf.call("mul", {"input": product, "other": float(a["alpha"])})
+    base = a["self"]
+    if a.get("beta", 1) != 1:
+        base = lf.call("mul", {"input": base, "other": float(a["beta"])})
+    return lf.call("add", {"input": base, "other": product})
+
+
+def _no_floordiv(lf: _Lifter, a: dict[str, Any]) -> Any:
+    raise lf.error("aten::floordiv of values known only at run time is not supported "
+                   "(sizes divided by a constant are)")
+
+
+_SIZE_FALLBACK = {
+    "floor_divide": _binary("floor_divide"),
+    "floordiv": _no_floordiv,
+    "mul": _binary("mul"),
+    "div": _div,
+}
+
+
 _POOL_ARGS = {
     "max_pool": ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
     "avg_pool": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
@@ -523,8 +555,8 @@ _ATEN: dict[str, Any] = {
     "add": _binary("add", alpha=True),
     "sub": _binary("sub", alpha=True),
     "rsub": _rsub,
-    "mul": _binary("mul"),
-    "div": _div,
+    "mul": _size_arith("mul"),
+    "div": _size_arith("div"),
     "reciprocal": lambda lf, a: lf.call("div", {"input": 1.0, "other": a["self"]}),
     "pow": lambda lf, a: lf.call("pow", {"input": a["self"], "exponent": a["exponent"]}),
     "matmul": _binary("matmul"),
@@ -562,40 +594,6 @@ _ATEN: dict[str, Any] = {
     "alias": _identity,
     "size": _size,
     "bmm": _binary("matmul"),
+    "linear": _linear,
+    "baddbmm": _baddbmm,
 }
-
-
-def _linear(lf: _Lifter, a: dict[str, Any]) -> Tensor:
-    """F.linear outside nn.Linear: input @ weight.T (+ bias)."""
-    x = _t(lf, a["input"], "linear")
-    w = lf.call("transpose", {"input": _t(lf, a["weight"], "linear"), "dim0": 0, "dim1": 1})
-    y = lf.call("matmul", {"input": x, "other": w})
-    return y if a.get("bias") is None else lf.call("add", {"input": y, "other": a["bias"]})
-
-
-def _baddbmm(lf: _Lifter, a: dict[str, Any]) -> Tensor:
-    """beta * self + alpha * batch1 @ batch2."""
-    product = lf.call("matmul", {"input": a["batch1"], "other": a["batch2"]})
-    if a.get("alpha", 1) != 1:
-        product = lf.call("mul", {"input": product, "other": float(a["alpha"])})
-    base = a["self"]
-    if a.get("beta", 1) != 1:
-        base = lf.call("mul", {"input": base, "other": float(a["beta"])})
-    return lf.call("add", {"input": base, "other": product})
-
-
-def _no_floordiv(lf: _Lifter, a: dict[str, Any]) -> Any:
-    raise lf.error("aten::floordiv of values known only at run time is not supported "
-                   "(sizes divided by a constant are)")
-
-
-_SIZE_FALLBACK = {
-    "floor_divide": _binary("floor_divide"),
-    "floordiv": _no_floordiv,
-    "mul": _binary("mul"),
-    "div": _div,
-}
-_ATEN["linear"] = _linear
-_ATEN["baddbmm"] = _baddbmm
-_ATEN["mul"] = _size_arith("mul")
-_ATEN["div"] = _size_arith("div")
