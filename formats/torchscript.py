@@ -430,29 +430,7 @@ class _Lifter(GraphBuilder):
         if kind == "prim::GetAttr":
             return self.attribute(values[0], node.s("name"))
         if kind == "prim::CallMethod":
-            module = values[0]
-            if not isinstance(module, _Mod):
-                raise self.error(f"method call on {module!r}")
-            method = node.s("name")
-            layer_type = self.layer_type(module)
-            # Traced modules name the k-th call of a shared submodule "forward<k>";
-            # scripted ones an overload "forward__<k>" (nn.LSTM).
-            if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
-                layer_id = self.add_layer(module, layer_type)
-                spec = LAYERS[layer_type]
-                while len(values) - 1 > spec.n_inputs and values[-1] is None:
-                    values = values[:-1]  # optional arguments left at None (output_size)
-                if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
-                    values = [values[0], values[1], (values[2], values[3])]
-                if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
-                    raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
-                                     f"{len(values) - 1} argument(s); expected "
-                                     f"{spec.n_inputs}")
-                result = self.call_layer(layer_id, values[1:])
-                return self.tuple_result(result, layer_type, node.output().type(),
-                                         module, method)
-            results = self.run_method(module, method, values[1:])
-            return results[0] if len(results) == 1 else results
+            return self.call_method(node, values)
         if kind == "prim::CallFunction":
             return self.call_function(node, values[1:])
         if kind in ("prim::ListConstruct", "prim::TupleConstruct"):
@@ -477,16 +455,7 @@ class _Lifter(GraphBuilder):
         if kind == "aten::__not__" and (values[0] is TRAINING or values[0] is _NOT_TRAINING):
             return _NOT_TRAINING if values[0] is TRAINING else TRAINING
         if kind == "aten::dim" and isinstance(values[0], Tensor):
-            rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
-                else None
-            known = self.sym.get(values[0].name, self.sym.get(self.same_shape.get(
-                values[0].name, values[0].name)))
-            if rank is None and known is not None:
-                rank = len(known)
-            if rank is None:
-                raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
-                                 "scripted module); trace the module, or avoid x.dim()")
-            return int(rank)
+            return self.rank(node, values[0])
         if kind == "prim::If":
             return self.run_if(node, values[0], env)
         if kind in ("prim::unchecked_cast", "prim::NumToTensor", "aten::Int", "aten::Float",
@@ -508,6 +477,45 @@ class _Lifter(GraphBuilder):
         if scalar is not _UNKNOWN:
             return scalar
         raise self.error(f"unsupported TorchScript operation {kind}")
+
+    def call_method(self, node: Any, values: list[Any]) -> Any:
+        """``prim::CallMethod``: a call of a catalogue layer's forward becomes a
+        call_module node; other methods are interpreted (their graphs run inline)."""
+        module = values[0]
+        if not isinstance(module, _Mod):
+            raise self.error(f"method call on {module!r}")
+        method = node.s("name")
+        layer_type = self.layer_type(module)
+        # Traced modules name the k-th call of a shared submodule "forward<k>";
+        # scripted ones an overload "forward__<k>" (nn.LSTM).
+        if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
+            layer_id = self.add_layer(module, layer_type)
+            spec = LAYERS[layer_type]
+            while len(values) - 1 > spec.n_inputs and values[-1] is None:
+                values = values[:-1]  # optional arguments left at None (output_size)
+            if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
+                values = [values[0], values[1], (values[2], values[3])]
+            if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
+                raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
+                                 f"{len(values) - 1} argument(s); expected "
+                                 f"{spec.n_inputs}")
+            result = self.call_layer(layer_id, values[1:])
+            return self.tuple_result(result, layer_type, node.output().type(),
+                                     module, method)
+        results = self.run_method(module, method, values[1:])
+        return results[0] if len(results) == 1 else results
+
+    def rank(self, node: Any, x: Tensor) -> int:
+        """``aten::dim``: the rank from the graph's type, else from the known sizes."""
+        rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
+            else None
+        known = self.sym.get(x.name, self.sym.get(self.same_shape.get(x.name, x.name)))
+        if rank is None and known is not None:
+            rank = len(known)
+        if rank is None:
+            raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
+                             "scripted module); trace the module, or avoid x.dim()")
+        return int(rank)
 
     def tensor_value(self, tensor: Any) -> Any:
         if tensor.dim() == 0:
