@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from petab_sciml.errors import NetworkError, require
+from petab_sciml.formats.graph_building import reachable
 from petab_sciml.formats.pytorch_file import _import_file, check_trust
-from petab_sciml.network import Network, unique_node_name
+from petab_sciml.network import ID_PATTERN, Network, unique_node_name
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "network_from_equinox", "FORMAT"]
 
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _UNARY = {"exp": "exp", "log": "log", "tanh": "tanh", "logistic": "sigmoid", "sqrt": "sqrt",
           "abs": "abs", "neg": "neg", "sign": "sign", "sin": "sin", "cos": "cos",
@@ -311,7 +311,7 @@ class _Lifter:
             for lo, hi in reversed(pads):
                 flat += [lo, hi]
             x = self.emit("pad", [x], {"pad": flat})
-        layer_id = group if _ID.match(group) else "conv"
+        layer_id = group if ID_PATTERN.match(group) else "conv"
         k = 0
         taken = {layer["layer_id"] for layer in self.layers} | {f.split(".")[0] for f in
                                                                    self.free}
@@ -408,22 +408,16 @@ def _float_dtype(leaves: Sequence[Any]) -> np.dtype:
 
 def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Nodes the output depends on (and the placeholders)."""
-    by_name = {n["name"]: n for n in nodes}
-    live, stack = set(), [n["name"] for n in nodes if n["op"] in ("output", "placeholder")]
-    while stack:
-        name = stack.pop()
-        if name in live:
-            continue
-        live.add(name)
-        stack.extend(_refs(by_name[name].get("args", []), by_name))
+    live = reachable(nodes, ("output", "placeholder"), lambda n: _refs(n.get("args", [])))
     return [n for n in nodes if n["name"] in live]
 
 
-def _refs(value: Any, names: Mapping[str, Any]) -> list[str]:
+def _refs(value: Any) -> list[str]:
+    """The strings in ``value`` and its nested lists (the node names an arg may read)."""
     if isinstance(value, str):
-        return [value] if value in names else []
+        return [value]
     if isinstance(value, (list, tuple)):
-        return [r for v in value for r in _refs(v, names)]
+        return [r for v in value for r in _refs(v)]
     return []
 
 
@@ -460,7 +454,7 @@ def read_with_parameters(path: str | os.PathLike, *, trust_code: bool = False,
         raise NetworkError("no such file", file=path)
     py_module = _import_file(path)
     cls, net_id = _find_class(py_module, net_id, path)
-    if not _ID.match(net_id):
+    if not ID_PATTERN.match(net_id):
         raise NetworkError(f"network id must be a valid PEtab id, got {net_id!r}", file=path)
     shapes = input_shapes or getattr(cls, "input_shapes", None) or getattr(
         py_module, "INPUT_SHAPES", None)

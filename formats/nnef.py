@@ -63,10 +63,10 @@ import numpy as np
 
 from petab_sciml.errors import NetworkError, PetabSciMLError, require
 from petab_sciml.formats.nnef_export import (
-    _default_input_shapes,
-    _default_parameters,
-    _node_values,
-    _Writer,
+    Writer,
+    default_input_shapes,
+    default_parameters,
+    node_shapes,
 )
 from petab_sciml.formats.nnef_import import lift_graph
 from petab_sciml.network import Network
@@ -339,9 +339,9 @@ def write(network: Network, path: str | os.PathLike, *,
     if not archive and path.is_dir():
         _check_replaceable(path)
     params = {g: {a: np.asarray(v) for a, v in arrays.items()}
-              for g, arrays in (params or _default_parameters(network)).items()}
+              for g, arrays in (params or default_parameters(network)).items()}
     if input_shapes is None:
-        shapes_in = _default_input_shapes(network, params)
+        shapes_in = default_input_shapes(network, params)
     elif isinstance(input_shapes, Mapping):
         try:
             shapes_in = [list(input_shapes[i]) for i in network.inputs]
@@ -354,13 +354,13 @@ def write(network: Network, path: str | os.PathLike, *,
         raise NetworkError(f"input_shapes gives {len(shapes_in)} shape(s) for "
                            f"{len(network.inputs)} input(s)", file=network.source)
     try:
-        shapes = _node_values(network, params, shapes_in)
+        shapes = node_shapes(network, params, shapes_in)
     except NetworkError:
         raise
     except Exception as exc:
         raise NetworkError(f"the network does not run on inputs of shapes {shapes_in}: "
                            f"{type(exc).__name__}: {exc}", file=network.source) from None
-    writer = _Writer(network, params, shapes, shapes_in)
+    writer = Writer(network, params, shapes, shapes_in)
     text = writer.run(network.id)
     with staged_output(path, overwrite=overwrite, folder=not archive) as staged:
         folder = staged.with_name(staged.name + ".model") if archive else staged

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from petab_sciml.errors import NetworkError, UntrustedCodeError, require
+from petab_sciml.network import ID_PATTERN
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["UntrustedCodeError", "check_trust", "read", "read_with_parameters", "load_module",
            "FORMAT"]
 
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def check_trust(path: str | os.PathLike, *, trust_code: bool, what: str) -> None:
@@ -130,7 +130,7 @@ def read_with_parameters(
 
     path = Path(path)
     module, net_id = load_module(path, net_id, trust_code=trust_code, seed=seed)
-    if not _ID.match(net_id):
+    if not ID_PATTERN.match(net_id):
         raise NetworkError(f"network id must be a valid PEtab id, got {net_id!r}", file=path)
     try:
         network = network_from_module(module, net_id, input_ids=input_ids)

@@ -27,7 +27,6 @@ torch is imported only when a function of this module is called.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -37,6 +36,13 @@ import numpy as np
 
 from petab_sciml.catalogue import FUNCTIONS, LAYERS, LayerSpec, canonical_function
 from petab_sciml.errors import NetworkError, require
+from petab_sciml.formats.torch_fx_trace import (
+    _catalogue_type,
+    _concrete_placeholders,
+    _guard_nodes,
+    _trace,
+    _wrap_root_layer,
+)
 from petab_sciml.network import FreeParameter, Network
 
 __all__ = ["network_from_module", "parameters_from_module", "module_path_id"]
@@ -86,14 +92,6 @@ class _Ids:
             raise NetworkError(f"submodules {paths[0]!r} and {paths[1]!r} both map to the id "
                                f"{ident!r}; rename one of them", entry=f"group {ident!r}")
         return paths[0] if paths else None
-
-
-def _catalogue_type(torch: Any, module: Any) -> str | None:
-    """The catalogue layer type of ``module`` if it is exactly that ``torch.nn`` class."""
-    name = type(module).__name__
-    if name in LAYERS and type(module) is getattr(torch.nn, name, None):
-        return name
-    return None
 
 
 # ----------------------------------------------------------------------------- layer args
@@ -169,14 +167,6 @@ def _function_name(target: Any) -> str | None:
     return found[1] if found else None
 
 
-def _is_guard(torch: Any, target: Any) -> bool:
-    """Assertions torch.fx inserts for ``concrete_args``."""
-    from torch.fx import _symbolic_trace
-
-    return target is torch._assert or target is getattr(_symbolic_trace, "_assert_is_none",
-                                                        None)
-
-
 def _owner(node: Any) -> str:
     """`` (inside submodule 'path' (Class))`` for nodes traced through a submodule."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -185,102 +175,6 @@ def _owner(node: Any) -> str:
     path, cls = list(stack.values())[-1]
     cls_name = getattr(cls, "__name__", str(cls))
     return f" (inside submodule {path!r}, {cls_name})"
-
-
-# ----------------------------------------------------------------------------- tracing
-def _tracer(torch: Any) -> Any:
-    """A tracer that keeps catalogue layers as leaves and traces through parameter-free
-    ``torch.nn`` modules outside the catalogue (activations, Identity)."""
-    fx = torch.fx
-
-    class Tracer(fx.Tracer):
-        def _traced_through(self, m: Any, qualname: str) -> bool:
-            return (
-                _catalogue_type(torch, m) is None
-                and super().is_leaf_module(m, qualname)
-                and next(m.parameters(), None) is None
-                and next(m.buffers(), None) is None
-            )
-
-        def is_leaf_module(self, m: Any, qualname: str) -> bool:
-            if _catalogue_type(torch, m) is not None:
-                return True
-            if self._traced_through(m, qualname):
-                return False
-            return super().is_leaf_module(m, qualname)
-
-        def call_module(self, m: Any, forward: Any, args: Any, kwargs: Any) -> Any:
-            qualname = self.path_of_module(m)
-            if not self._traced_through(m, qualname):
-                return super().call_module(m, forward, args, kwargs)
-            try:
-                return super().call_module(m, forward, args, kwargs)
-            except NetworkError:
-                raise
-            except Exception as exc:
-                raise NetworkError(
-                    f"{type(m).__name__} is not a catalogue layer and cannot be traced "
-                    f"through: {type(exc).__name__}: {exc}",
-                    entry=f"submodule {qualname!r}") from exc
-
-    return Tracer()
-
-
-ROOT_LAYER_ID = "layer1"
-"""Layer id of a catalogue layer exported on its own (``network_from_module(nn.Conv2d(...))``)."""
-
-
-def _wrap_root_layer(torch: Any, module: Any) -> Any:
-    """A catalogue layer traced on its own becomes the submodule ``layer1`` of a wrapper
-    (torch.fx never treats the root as a leaf); other modules are returned unchanged."""
-    layer_type = _catalogue_type(torch, module)
-    if layer_type is None:
-        return module
-    nn = torch.nn
-    if LAYERS[layer_type].n_inputs == 2:
-        class Wrapper2(nn.Module):
-            def forward(self, net_input1, net_input2):
-                return getattr(self, ROOT_LAYER_ID)(net_input1, net_input2)
-
-        wrapper = Wrapper2()
-    else:
-        class Wrapper(nn.Module):
-            def forward(self, net_input):
-                return getattr(self, ROOT_LAYER_ID)(net_input)
-
-        wrapper = Wrapper()
-    wrapper.add_module(ROOT_LAYER_ID, module)
-    return wrapper
-
-
-def _trace(torch: Any, module: Any, concrete_args: Mapping[str, Any] | None) -> Any:
-    try:
-        return _tracer(torch).trace(module, concrete_args=concrete_args)
-    except NetworkError:
-        raise
-    except Exception as exc:
-        raise NetworkError(f"cannot trace {type(module).__name__} with torch.fx: "
-                           f"{type(exc).__name__}: {exc}") from exc
-
-
-def _concrete_placeholders(module: Any, placeholders: Sequence[Any],
-                           concrete_args: Mapping[str, Any] | None) -> set[str]:
-    """Names of the placeholders torch.fx keeps for ``concrete_args``."""
-    if not concrete_args:
-        return set()
-    try:
-        names = [p.name for p in inspect.signature(module.forward).parameters.values()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    except (TypeError, ValueError):
-        names = []
-    out = set()
-    if len(names) == len(placeholders):
-        out = {ph.name for ph, n in zip(placeholders, names) if n in concrete_args}
-    else:
-        for ph in placeholders:
-            if any(ph.target == k or ph.target.startswith(f"{k}_") for k in concrete_args):
-                out.add(ph.name)
-    return out
 
 
 # ----------------------------------------------------------------------------- export
@@ -302,43 +196,59 @@ def network_from_module(
     torch = require("torch", "torch")
     module = _wrap_root_layer(torch, module)
     graph = _trace(torch, module, concrete_args)
-    ids = _Ids(module)
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    concrete = _concrete_placeholders(module, placeholders, concrete_args)
-
-    # Nodes that only serve the concrete_args guards are dropped.
-    dropped = set(concrete)
+    dropped = _guard_nodes(torch, nodes, _concrete_placeholders(module, placeholders,
+                                                                 concrete_args))
+    converter = _FxConverter(torch, module, dropped)
     for node in nodes:
-        if node.op in ("call_function", "call_method"):
-            inputs = node.all_input_nodes
-            if (node.op == "call_function" and _is_guard(torch, node.target)) or (
-                    inputs and all(i.name in dropped for i in inputs)):
-                dropped.add(node.name)
+        if node.name not in dropped:
+            converter.convert(node)
+    out_nodes = converter.out_nodes
+    inputs = [n["name"] for n in out_nodes if n["op"] == "placeholder"]
+    if input_ids is not None:
+        if isinstance(input_ids, str) or len(input_ids) != len(inputs):
+            raise NetworkError(f"input_ids lists {list(input_ids)!r} but the forward takes "
+                               f"{len(inputs)} input(s) ({', '.join(inputs)})",
+                               entry="input_ids")
+        inputs = list(input_ids)
+    return Network.build(net_id, inputs, list(converter.layers.values()), out_nodes,
+                         list(converter.free.values()))
 
-    layers: dict[str, dict[str, Any]] = {}  # layer id -> {"layer_id", "layer_type", "args"}
-    layer_paths: dict[str, str] = {}  # module path -> layer id
-    free: dict[str, FreeParameter] = {}
-    out_nodes: list[dict[str, Any]] = []
 
-    def add_layer(path: str, sub: Any) -> str:
-        if path in layer_paths:
-            return layer_paths[path]
-        layer_type = _catalogue_type(torch, sub)
+class _FxConverter:
+    """torch.fx nodes -> IR node dicts, layers and free parameters."""
+
+    def __init__(self, torch: Any, module: Any, dropped: set[str]):
+        self.torch = torch
+        self.module = module
+        self.dropped = dropped
+        self.ids = _Ids(module)
+        self.layers: dict[str, dict[str, Any]] = {}  # id -> {layer_id, layer_type, args}
+        self.layer_paths: dict[str, str] = {}  # module path -> layer id
+        self.free: dict[str, FreeParameter] = {}
+        self.out_nodes: list[dict[str, Any]] = []
+
+    def add_layer(self, path: str, sub: Any) -> str:
+        """The layer id of the submodule at ``path`` (added on first use)."""
+        if path in self.layer_paths:
+            return self.layer_paths[path]
+        layer_type = _catalogue_type(self.torch, sub)
         if layer_type is None:
             raise NetworkError(
                 f"{type(sub).__name__} ({type(sub).__module__}) is not a supported layer "
                 f"type (supported: {', '.join(sorted(LAYERS))})", entry=f"submodule {path!r}")
-        layer_id = ids.id_of(path)
+        layer_id = self.ids.id_of(path)
         spec = LAYERS[layer_type]
-        layers[layer_id] = {"layer_id": layer_id, "layer_type": layer_type,
-                            "args": _layer_args(torch, spec, sub, path)}
-        layer_paths[path] = layer_id
+        self.layers[layer_id] = {"layer_id": layer_id, "layer_type": layer_type,
+                                 "args": _layer_args(self.torch, spec, sub, path)}
+        self.layer_paths[path] = layer_id
         return layer_id
 
-    def value(v: Any, where: str) -> Any:
-        if isinstance(v, torch.fx.Node):
-            if v.name in dropped:
+    def value(self, v: Any, where: str) -> Any:
+        """An argument as written in the IR (nodes by name, slices as ``{"slice": ...}``)."""
+        if isinstance(v, self.torch.fx.Node):
+            if v.name in self.dropped:
                 raise NetworkError(f"{where} uses the concrete argument {v.name!r} as a value")
             return v.name
         if v is Ellipsis:
@@ -350,9 +260,9 @@ def network_from_module(
                 raise NetworkError(f"{where}: slice bounds must be integers or None, got {v!r}")
             return {"slice": parts}
         if isinstance(v, (tuple, list)):
-            return [value(x, where) for x in v]
+            return [self.value(x, where) for x in v]
         if isinstance(v, Mapping):
-            return {str(k): value(x, where) for k, x in v.items()}
+            return {str(k): self.value(x, where) for k, x in v.items()}
         if isinstance(v, np.generic):
             v = v.item()
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -360,68 +270,65 @@ def network_from_module(
         raise NetworkError(f"{where}: unsupported argument value {v!r} "
                            f"({type(v).__name__})")
 
-    for node in nodes:
-        if node.name in dropped:
-            continue
+    def convert(self, node: Any) -> None:
+        """Append the IR node of one fx node."""
         entry = f"node {node.name!r}"
         if node.op == "placeholder":
-            out_nodes.append({"name": node.name, "op": "placeholder", "target": node.name})
+            self.out_nodes.append({"name": node.name, "op": "placeholder",
+                                   "target": node.name})
         elif node.op == "call_module":
-            sub = module.get_submodule(node.target)
+            sub = self.module.get_submodule(node.target)
             if node.kwargs:
                 raise NetworkError(f"submodule {node.target!r} is called with keyword "
                                    f"arguments {sorted(node.kwargs)}; pass them positionally",
                                    entry=entry)
-            layer_id = add_layer(node.target, sub)
-            args = [value(a, entry) for a in node.args]
-            out_nodes.append({"name": node.name, "op": "call_module", "target": layer_id,
-                              "args": args})
+            layer_id = self.add_layer(node.target, sub)
+            args = [self.value(a, entry) for a in node.args]
+            self.out_nodes.append({"name": node.name, "op": "call_module",
+                                   "target": layer_id, "args": args})
         elif node.op in ("call_function", "call_method"):
-            if node.op == "call_function":
-                target = _function_name(node.target)
-                shown = _spelling(node.target)
-            else:
-                target = node.target if canonical_function("call_method", node.target) else None
-                shown = f"method {node.target!r}"
-            if target is None:
-                raise NetworkError(
-                    f"{shown} is not in the function catalogue{_owner(node)} (supported: "
-                    f"{', '.join(sorted(FUNCTIONS))})", entry=entry)
-            out_nodes.append({
-                "name": node.name, "op": node.op, "target": target,
-                "args": [value(a, entry) for a in node.args],
-                "kwargs": {k: value(v, entry) for k, v in node.kwargs.items()},
-            })
+            self.out_nodes.append(self.call(node, entry))
         elif node.op == "get_attr":
-            out_nodes.append({"name": node.name, "op": "get_attr",
-                              "target": _get_attr(torch, module, node.target, ids, add_layer,
-                                                  free, entry)})
+            self.out_nodes.append({"name": node.name, "op": "get_attr",
+                                   "target": _get_attr(self.torch, self.module, node.target,
+                                                       self.ids, self.add_layer, self.free,
+                                                       entry)})
         elif node.op == "output":
-            result = node.args[0] if node.args else None
-            structure = _tuple_structure(result, module, layer_paths, layers)
-            if structure is not None:  # a layer's tuple (out, h = rnn(x)) returned whole
-                args = [_flatten_tuple(result.name, structure, out_nodes)]
-            elif isinstance(result, torch.fx.Node):
-                args = [value(result, entry)]
-            elif isinstance(result, (tuple, list)) and result and all(
-                    isinstance(r, torch.fx.Node) for r in result):
-                args = [[value(r, entry) for r in result]]
-            else:
-                raise NetworkError(f"the forward must return a tensor or a tuple of tensors, "
-                                   f"got {result!r}", entry=entry)
-            out_nodes.append({"name": node.name, "op": "output", "target": "output",
-                              "args": args})
+            self.out_nodes.append(self.output(node, entry))
         else:  # pragma: no cover - torch.fx has no other ops
             raise NetworkError(f"unsupported node op {node.op!r}", entry=entry)
 
-    inputs = [n["name"] for n in out_nodes if n["op"] == "placeholder"]
-    if input_ids is not None:
-        if isinstance(input_ids, str) or len(input_ids) != len(inputs):
-            raise NetworkError(f"input_ids lists {list(input_ids)!r} but the forward takes "
-                               f"{len(inputs)} input(s) ({', '.join(inputs)})",
-                               entry="input_ids")
-        inputs = list(input_ids)
-    return Network.build(net_id, inputs, list(layers.values()), out_nodes, list(free.values()))
+    def call(self, node: Any, entry: str) -> dict[str, Any]:
+        """The IR node of a call_function / call_method of a catalogue function."""
+        if node.op == "call_function":
+            target = _function_name(node.target)
+            shown = _spelling(node.target)
+        else:
+            target = node.target if canonical_function("call_method", node.target) else None
+            shown = f"method {node.target!r}"
+        if target is None:
+            raise NetworkError(
+                f"{shown} is not in the function catalogue{_owner(node)} (supported: "
+                f"{', '.join(sorted(FUNCTIONS))})", entry=entry)
+        return {"name": node.name, "op": node.op, "target": target,
+                "args": [self.value(a, entry) for a in node.args],
+                "kwargs": {k: self.value(v, entry) for k, v in node.kwargs.items()}}
+
+    def output(self, node: Any, entry: str) -> dict[str, Any]:
+        """The output node: a tensor, a tuple of tensors, or a layer's tuple flattened."""
+        result = node.args[0] if node.args else None
+        structure = _tuple_structure(result, self.module, self.layer_paths, self.layers)
+        if structure is not None:  # a layer's tuple (out, h = rnn(x)) returned whole
+            args = [_flatten_tuple(result.name, structure, self.out_nodes)]
+        elif isinstance(result, self.torch.fx.Node):
+            args = [self.value(result, entry)]
+        elif isinstance(result, (tuple, list)) and result and all(
+                isinstance(r, self.torch.fx.Node) for r in result):
+            args = [[self.value(r, entry) for r in result]]
+        else:
+            raise NetworkError(f"the forward must return a tensor or a tuple of tensors, "
+                               f"got {result!r}", entry=entry)
+        return {"name": node.name, "op": "output", "target": "output", "args": args}
 
 
 def _tuple_structure(result: Any, module: Any, layer_paths: Mapping[str, str],

@@ -31,13 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.catalogue import FUNCTIONS, LAYERS, REQUIRED
+from petab_sciml.catalogue import FUNCTIONS, LAYERS
 from petab_sciml.errors import NetworkError, require
+from petab_sciml.formats.graph_building import (
+    GraphBuilder,
+    Tensor,
+    call_arguments,
+    drop_unused,
+)
 from petab_sciml.formats.pytorch_file import check_trust
 from petab_sciml.formats.torch_fx import plain_value
 from petab_sciml.formats.torchscript_aten import _ATEN, _scalar_op
 from petab_sciml.formats.torchscript_graph import (
-    _T,
     _UNINITIALIZED,
     _UNKNOWN,
     TRAINING,
@@ -53,13 +58,11 @@ from petab_sciml.formats.torchscript_graph import (
     _Tuple,
 )
 from petab_sciml.formats.torchscript_layers import _constant, _layer_args, _schema_names
-from petab_sciml.network import FreeParameter, Network, unique_node_name
+from petab_sciml.network import ID_PATTERN, FreeParameter, Network
 from petab_sciml.plugins import NetworkFormat
 
 __all__ = ["read", "read_with_parameters", "network_from_torchscript", "FORMAT"]
 
-_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TENSOR_KINDS = ("tensor", "tensor|number", "tensors")
 _NOT_TRAINING = object()
 """``not self.training``."""
 _SHAPE_KEEPING = {name for name, spec in FUNCTIONS.items()
@@ -73,7 +76,7 @@ maths; checked with one distinct tensor operand)."""
 
 
 # ----------------------------------------------------------------------------- lifting
-class _Lifter:
+class _Lifter(GraphBuilder):
     """Abstract interpretation of a TorchScript module's graphs into IR nodes."""
 
     def __init__(self, torch: Any, root: Any, source: object | None):
@@ -89,7 +92,7 @@ class _Lifter:
         self.params: dict[str, dict[str, np.ndarray]] = {}
         self.nodes: list[dict[str, Any]] = []
         self.taken: set[str] = set()
-        self.attr_nodes: dict[str, _T] = {}
+        self.attr_nodes: dict[str, Tensor] = {}
         self.ids: dict[str, list[str]] = {}
         for path, _ in root.named_modules():
             if path:
@@ -100,7 +103,7 @@ class _Lifter:
         self.root_group = group
         self.graphs: dict[tuple[str, str], Any] = {}
         self.where = ""
-        self.rebind: tuple[int, _T] | None = None
+        self.rebind: tuple[int, Tensor] | None = None
         self.sym: dict[str, list[Any]] = {}
         """IR node -> its sizes where known symbolically (ints and :class:`_Size`)."""
         self.same_shape: dict[str, str] = {}
@@ -111,9 +114,6 @@ class _Lifter:
         return NetworkError(message, file=self.source, entry=entry or self.where or None)
 
     # ------------------------------------------------------------------ naming
-    def fresh(self, base: str) -> str:
-        return unique_node_name(base, self.taken)
-
     def module_id(self, path: str) -> str:
         ident = self.path_id(path)
         others = [p for p in self.ids.get(ident, []) if p != path]
@@ -123,15 +123,9 @@ class _Lifter:
         return ident
 
     # ------------------------------------------------------------------ emitting
-    def ir(self, value: Any) -> Any:
-        if isinstance(value, _T):
-            return value.name
-        if isinstance(value, (list, tuple)):
-            return [self.ir(v) for v in value]
-        if isinstance(value, Mapping):
-            return {k: self.ir(v) for k, v in value.items()}
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
+    def ir_value(self, value: Any) -> Any:
+        """A filled tensor as a constant; an error for sizes, tuples, the training flag
+        and unset variables used as values."""
         if isinstance(value, (_Size, _Sizes, _SizeProd)):
             tensor = value.factors[0].tensor if isinstance(value, _SizeProd) else value.tensor
             raise self.error(f"a tensor size ({tensor}.size()) is used as a value; sizes "
@@ -148,15 +142,7 @@ class _Lifter:
                              "may depend on it")
         raise self.error(f"unsupported value {value!r} ({type(value).__name__})")
 
-    def emit(self, op: str, target: str, args: list[Any], kwargs: dict[str, Any] | None = None,
-             base: str | None = None) -> _T:
-        name = self.fresh(base or target)
-        self.nodes.append({"name": name, "op": op, "target": target,
-                           "args": [self.ir(a) for a in args],
-                           "kwargs": {k: self.ir(v) for k, v in (kwargs or {}).items()}})
-        return _T(name)
-
-    def call(self, function: str, values: Mapping[str, Any]) -> _T:
+    def call(self, function: str, values: Mapping[str, Any]) -> Tensor:
         """A ``call_function`` node of the catalogue function with ``values`` by parameter
         name: tensors and required parameters positional, the rest as keywords when they
         differ from their defaults (ignored parameters dropped)."""
@@ -164,19 +150,12 @@ class _Lifter:
         unknown = set(values) - set(spec.param_names)
         if unknown:  # pragma: no cover - a bug in the op table
             raise self.error(f"internal: {function} has no parameter {sorted(unknown)}")
-        last = max((i for i, p in enumerate(spec.params)
-                    if p.name in values and (p.kind in _TENSOR_KINDS or p.default is REQUIRED)),
-                   default=-1)
-        args, kwargs = [], {}
-        for i, p in enumerate(spec.params):
-            if i <= last:
-                args.append(values.get(p.name, p.default))
-            elif p.name in values and not p.ignored and not _same(values[p.name], p.default):
-                kwargs[p.name] = values[p.name]
+        args, kwargs = call_arguments(
+            spec, values, lambda p, v: not p.ignored and not _same(v, p.default))
         out = self.emit("call_function", function, args, kwargs, base=function)
         self.note_shape(function, values, out)
         source = values.get("input")
-        dims = self.sym.get(source.name) if isinstance(source, _T) else None
+        dims = self.sym.get(source.name) if isinstance(source, Tensor) else None
         if dims is not None and function in ("transpose", "permute"):
             rank = len(dims)
             if function == "transpose":
@@ -188,20 +167,20 @@ class _Lifter:
             self.sym[out.name] = [dims[k] for k in order]
         return out
 
-    def note_shape(self, function: str, values: Mapping[str, Any], out: _T) -> None:
+    def note_shape(self, function: str, values: Mapping[str, Any], out: Tensor) -> None:
         """Remember that ``out`` has the shape of its input where the function keeps it
         (element-wise maths of one tensor with numbers, or of a tensor with itself), so
         that ``x.size(d)`` can size a reshape of ``out`` (F.local_response_norm)."""
         spec = FUNCTIONS[function]
         tensors = [values[p.name] for p in spec.tensor_params() if isinstance(
-            values.get(p.name), _T)]
-        numbers_only = all(isinstance(values.get(p.name), (_T, int, float)) and not isinstance(
+            values.get(p.name), Tensor)]
+        numbers_only = all(isinstance(values.get(p.name), (Tensor, int, float)) and not isinstance(
             values.get(p.name), bool) for p in spec.tensor_params() if p.name in values)
         if tensors and numbers_only and len({t.name for t in tensors}) == 1 and \
                 function in _SHAPE_KEEPING:
             self.same_shape[out.name] = self.same_shape.get(tensors[0].name, tensors[0].name)
 
-    def call_layer(self, layer_id: str, inputs: Sequence[Any]) -> _T:
+    def call_layer(self, layer_id: str, inputs: Sequence[Any]) -> Tensor:
         spec = LAYERS[self.layers[layer_id]["layer_type"]] if layer_id in self.layers \
             else None
         inputs = list(inputs)
@@ -215,11 +194,11 @@ class _Lifter:
             for part in parts:
                 if isinstance(part, _Full):
                     continue
-                if not isinstance(part, _T):
+                if not isinstance(part, Tensor):
                     raise self.error(f"layer {layer_id!r} is called with {x!r}; expected "
                                      "tensors")
         out = self.emit("call_module", layer_id, inputs, base=layer_id)
-        if spec is not None and inputs and isinstance(inputs[0], _T):
+        if spec is not None and inputs and isinstance(inputs[0], Tensor):
             dims = self.sym.get(inputs[0].name)
             if dims is not None:
                 shaped = _layer_sizes(spec, self.layers[layer_id]["args"], dims)
@@ -227,7 +206,7 @@ class _Lifter:
                     self.sym[out.name] = shaped
         return out
 
-    def full_tensor(self, value: _Full) -> _T:
+    def full_tensor(self, value: _Full) -> Tensor:
         """A filled tensor as a constant (its sizes must be known at import)."""
         if not all(isinstance(d, int) for d in value.sizes):
             raise self.error(f"a tensor filled with {value.value} whose sizes "
@@ -236,7 +215,7 @@ class _Lifter:
                              "PyTorch's default)")
         return self.constant_tensor(self.torch.full(tuple(value.sizes), float(value.value)))
 
-    def tuple_result(self, ref: _T, layer_type: str, ts_type: Any, module: _Mod,
+    def tuple_result(self, ref: Tensor, layer_type: str, ts_type: Any, module: _Mod,
                      method: str) -> Any:
         """The value of a call of a layer that returns a tuple, shaped like TorchScript's
         type of the result: nested for scripted modules; for traced ones what the traced
@@ -271,7 +250,7 @@ class _Lifter:
                              f"{structure}") from None
         return _Tuple(ref.name, items)
 
-    def traced_result(self, ref: _T, layer_type: str, module: _Mod, method: str) -> Any:
+    def traced_result(self, ref: Tensor, layer_type: str, module: _Mod, method: str) -> Any:
         """A traced recurrent layer's result: the outputs of its aten::lstm / gru / rnn_*
         op that its traced method returns, in the order it returns them (traces return
         only the outputs used, in their own order).  None when the method returns
@@ -301,7 +280,7 @@ class _Lifter:
         key = (value.ref, item)
         cache = self.__dict__.setdefault("_tuple_items", {})
         if key not in cache:
-            ref = _T(value.ref)
+            ref = Tensor(value.ref)
             for k in item:
                 ref = self.call("getitem", {"input": ref, "index": k})
             cache[key] = ref
@@ -369,7 +348,7 @@ class _Lifter:
             return self.tensor_attribute(owner, name, child)
         return plain_value(child)
 
-    def tensor_attribute(self, owner: _Mod, name: str, tensor: Any) -> _T:
+    def tensor_attribute(self, owner: _Mod, name: str, tensor: Any) -> Tensor:
         layer_type = self.layer_type(owner)
         if layer_type is not None:
             layer_id = self.add_layer(owner, layer_type)
@@ -381,7 +360,7 @@ class _Lifter:
             target = f"{layer_id}.{name}"
         else:
             group = self.module_id(owner.path) if owner.path else self.root_group
-            if not _ID.match(name):
+            if not ID_PATTERN.match(name):
                 raise self.error(f"array {name!r} of module {owner.path or '<root>'!r} is not "
                                  "a valid PEtab id")
             target = f"{group}.{name}"
@@ -395,7 +374,7 @@ class _Lifter:
                                                 base=target.replace(".", "_"))
         return self.attr_nodes[target]
 
-    def constant_tensor(self, tensor: Any) -> _T:
+    def constant_tensor(self, tensor: Any) -> Tensor:
         i = 0
         while f"{self.root_group}.constant{i}" in self.free:
             i += 1
@@ -451,29 +430,7 @@ class _Lifter:
         if kind == "prim::GetAttr":
             return self.attribute(values[0], node.s("name"))
         if kind == "prim::CallMethod":
-            module = values[0]
-            if not isinstance(module, _Mod):
-                raise self.error(f"method call on {module!r}")
-            method = node.s("name")
-            layer_type = self.layer_type(module)
-            # Traced modules name the k-th call of a shared submodule "forward<k>";
-            # scripted ones an overload "forward__<k>" (nn.LSTM).
-            if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
-                layer_id = self.add_layer(module, layer_type)
-                spec = LAYERS[layer_type]
-                while len(values) - 1 > spec.n_inputs and values[-1] is None:
-                    values = values[:-1]  # optional arguments left at None (output_size)
-                if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
-                    values = [values[0], values[1], (values[2], values[3])]
-                if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
-                    raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
-                                     f"{len(values) - 1} argument(s); expected "
-                                     f"{spec.n_inputs}")
-                result = self.call_layer(layer_id, values[1:])
-                return self.tuple_result(result, layer_type, node.output().type(),
-                                         module, method)
-            results = self.run_method(module, method, values[1:])
-            return results[0] if len(results) == 1 else results
+            return self.call_method(node, values)
         if kind == "prim::CallFunction":
             return self.call_function(node, values[1:])
         if kind in ("prim::ListConstruct", "prim::TupleConstruct"):
@@ -497,17 +454,8 @@ class _Lifter:
             return _UNINITIALIZED
         if kind == "aten::__not__" and (values[0] is TRAINING or values[0] is _NOT_TRAINING):
             return _NOT_TRAINING if values[0] is TRAINING else TRAINING
-        if kind == "aten::dim" and isinstance(values[0], _T):
-            rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
-                else None
-            known = self.sym.get(values[0].name, self.sym.get(self.same_shape.get(
-                values[0].name, values[0].name)))
-            if rank is None and known is not None:
-                rank = len(known)
-            if rank is None:
-                raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
-                                 "scripted module); trace the module, or avoid x.dim()")
-            return int(rank)
+        if kind == "aten::dim" and isinstance(values[0], Tensor):
+            return self.rank(node, values[0])
         if kind == "prim::If":
             return self.run_if(node, values[0], env)
         if kind in ("prim::unchecked_cast", "prim::NumToTensor", "aten::Int", "aten::Float",
@@ -529,6 +477,45 @@ class _Lifter:
         if scalar is not _UNKNOWN:
             return scalar
         raise self.error(f"unsupported TorchScript operation {kind}")
+
+    def call_method(self, node: Any, values: list[Any]) -> Any:
+        """``prim::CallMethod``: a call of a catalogue layer's forward becomes a
+        call_module node; other methods are interpreted (their graphs run inline)."""
+        module = values[0]
+        if not isinstance(module, _Mod):
+            raise self.error(f"method call on {module!r}")
+        method = node.s("name")
+        layer_type = self.layer_type(module)
+        # Traced modules name the k-th call of a shared submodule "forward<k>";
+        # scripted ones an overload "forward__<k>" (nn.LSTM).
+        if layer_type is not None and re.fullmatch(r"forward(\d*|__\d+)", method):
+            layer_id = self.add_layer(module, layer_type)
+            spec = LAYERS[layer_type]
+            while len(values) - 1 > spec.n_inputs and values[-1] is None:
+                values = values[:-1]  # optional arguments left at None (output_size)
+            if layer_type == "LSTM" and len(values) == 4:  # traced: (x, h_0, c_0)
+                values = [values[0], values[1], (values[2], values[3])]
+            if not spec.n_inputs <= len(values) - 1 <= spec.max_inputs:
+                raise self.error(f"layer {module.path!r} ({layer_type}) is called with "
+                                 f"{len(values) - 1} argument(s); expected "
+                                 f"{spec.n_inputs}")
+            result = self.call_layer(layer_id, values[1:])
+            return self.tuple_result(result, layer_type, node.output().type(),
+                                     module, method)
+        results = self.run_method(module, method, values[1:])
+        return results[0] if len(results) == 1 else results
+
+    def rank(self, node: Any, x: Tensor) -> int:
+        """``aten::dim``: the rank from the graph's type, else from the known sizes."""
+        rank = node.inputsAt(0).type().dim() if hasattr(node.inputsAt(0).type(), "dim") \
+            else None
+        known = self.sym.get(x.name, self.sym.get(self.same_shape.get(x.name, x.name)))
+        if rank is None and known is not None:
+            rank = len(known)
+        if rank is None:
+            raise self.error("aten::dim: the rank of this tensor is not in the graph (a "
+                             "scripted module); trace the module, or avoid x.dim()")
+        return int(rank)
 
     def tensor_value(self, tensor: Any) -> Any:
         if tensor.dim() == 0:
@@ -593,8 +580,8 @@ class _Lifter:
         a = dict(zip(names, values))
         base = kind[:-1] if kind.endswith("_") and not kind.endswith("__") else kind
         handler = _ATEN.get(base)
-        if handler is None or not any(isinstance(v, (_T, _Size, _Sizes, _Mod)) or (
-                isinstance(v, (list, tuple)) and any(isinstance(x, _T) for x in v))
+        if handler is None or not any(isinstance(v, (Tensor, _Size, _Sizes, _Mod)) or (
+                isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v))
                 for v in values):
             scalar = _scalar_op(node.kind(), values)  # arithmetic on constants
             if scalar is not _UNKNOWN:
@@ -603,7 +590,7 @@ class _Lifter:
             raise self.error(f"aten::{kind} is not supported (no catalogue function for it)")
         if base in ("eq", "ne", "lt", "le", "gt", "ge") and any(
                 isinstance(v, (_Size, _SizeProd)) for v in values) and not any(
-                isinstance(v, _T) for v in values):
+                isinstance(v, Tensor) for v in values):
             return _UNKNOWN  # a size test: only an if that raises may depend on it
         self.current = node
         try:
@@ -613,7 +600,7 @@ class _Lifter:
             raise self.error(f"aten::{kind}({shown}) is not supported (values known only "
                              "at run time)") from None
         first = node.inputsAt(0) if node.inputsSize() else None
-        if base != kind and first is not None and isinstance(result, _T):
+        if base != kind and first is not None and isinstance(result, Tensor):
             # In-place op: later uses of the input see the result.
             self.rebind = (first.unique(), result)
         return result
@@ -646,7 +633,7 @@ def network_from_torchscript(
     lifter = _Lifter(torch, module, source)
     if net_id is None:
         net_id = getattr(module, "original_name", "") or "net"
-        if not _ID.match(net_id):
+        if not ID_PATTERN.match(net_id):
             net_id = "net"
     root = _Mod("", module)
     graph = lifter.graph_of(root, "forward")
@@ -663,14 +650,7 @@ def network_from_torchscript(
                                f"{len(inputs)} input(s) ({', '.join(inputs)})", file=source,
                                entry="input_ids")
         inputs = list(input_ids)
-    nodes = _prune(lifter.nodes)
-    used_free = {n["target"] for n in nodes if n["op"] == "get_attr"}
-    free = [p for pid, p in lifter.free.items() if pid in used_free]
-    params = {g: dict(arrays) for g, arrays in lifter.params.items()}
-    for pid in set(lifter.free) - used_free:
-        group, array = pid.split(".", 1)
-        params.get(group, {}).pop(array, None)
-    params = {g: arrays for g, arrays in params.items() if arrays}
+    nodes, free, params = drop_unused(lifter.nodes, lifter.free, lifter.params)
     network = Network.build(net_id, inputs, list(lifter.layers.values()), nodes, free,
                             source=source)
     return network, params
@@ -680,7 +660,7 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
     inputs = list(graph.inputs())
     env: dict[int, Any] = {inputs[0].unique(): root}
     for v, name in zip(inputs[1:], placeholders):
-        env[v.unique()] = _T(name)
+        env[v.unique()] = Tensor(name)
 
     lifter.run_block(graph, env)
     results = [env[v.unique()] for v in graph.outputs()]
@@ -691,10 +671,10 @@ def _run_root(lifter: _Lifter, graph: Any, root: _Mod, placeholders: list[str]) 
         # auxiliary outputs); the network returns the tensors.
         result = tuple(r for r in result if r is not None)
         result = result[0] if len(result) == 1 else result
-    if isinstance(result, _T):
+    if isinstance(result, Tensor):
         args: list[Any] = [result.name]
     elif isinstance(result, (list, tuple)) and result and all(
-            isinstance(r, _T) for r in result):
+            isinstance(r, Tensor) for r in result):
         args = [[r.name for r in result]]
     else:
         raise lifter.error(f"the forward must return a tensor or a tuple of tensors, got "
@@ -747,34 +727,6 @@ def _flat_tensors(lifter: _Lifter, value: Any) -> Any:
             flat.extend(item if isinstance(item, tuple) else [item])
         return tuple(flat)
     return value
-
-
-def _prune(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop function and get_attr nodes whose values nothing uses."""
-    by_name = {n["name"]: n for n in nodes}
-    used: set[str] = set()
-    stack = [n["name"] for n in nodes if n["op"] in ("output", "placeholder", "call_module")]
-    while stack:
-        name = stack.pop()
-        if name in used:
-            continue
-        used.add(name)
-        refs: list[str] = []
-        _names(by_name[name].get("args", []), refs)
-        _names(by_name[name].get("kwargs", {}), refs)
-        stack.extend(r for r in refs if r in by_name)
-    return [n for n in nodes if n["name"] in used]
-
-
-def _names(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            _names(v, out)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _names(v, out)
 
 
 def read_with_parameters(

@@ -11,8 +11,8 @@ import operator
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from petab_sciml.formats.graph_building import Tensor
 from petab_sciml.formats.torchscript_graph import (
-    _T,
     _UNKNOWN,
     INT64_MAX,
     TRAINING,
@@ -53,8 +53,8 @@ def _scalar_op(kind: str, values: list[Any]) -> Any:
         return _UNKNOWN
 
 # ----------------------------------------------------------------------------- op table
-def _t(lifter: _Lifter, value: Any, what: str) -> _T:
-    if not isinstance(value, _T):
+def _t(lifter: _Lifter, value: Any, what: str) -> Tensor:
+    if not isinstance(value, Tensor):
         raise lifter.error(f"{what}: expected a tensor, got {value!r}")
     return value
 
@@ -67,7 +67,7 @@ def _with(function: str, **renames: str):
     """Handler passing ``self`` as ``input`` and the named aten args (aten name ->
     catalogue name)."""
 
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         values = {"input": a["self"]}
         for aten_name, name in renames.items():
             if aten_name in a:
@@ -77,14 +77,14 @@ def _with(function: str, **renames: str):
     return handler
 
 
-def _elu(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _elu(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     if a.get("scale", 1) != 1 or a.get("input_scale", 1) != 1:
         raise lf.error("aten::elu with scale or input_scale other than 1 is not supported")
     return lf.call("elu", {"input": a["self"], "alpha": a["alpha"]})
 
 
 def _softmax(function: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         if a.get("dtype") is not None:
             raise lf.error(f"{function} with a dtype is not supported")
         return lf.call(function, {"input": a["self"], "dim": a["dim"]})
@@ -93,7 +93,7 @@ def _softmax(function: str):
 
 
 def _binary(function: str, alpha: bool = False):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         values = {"input": a["self"], "other": a["other"]}
         if alpha and a.get("alpha", 1) != 1:
             values["alpha"] = a["alpha"]
@@ -102,14 +102,14 @@ def _binary(function: str, alpha: bool = False):
     return handler
 
 
-def _rsub(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _rsub(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     values = {"input": a["other"], "other": a["self"]}
     if a.get("alpha", 1) != 1:
         values["alpha"] = a["alpha"]
     return lf.call("sub", values)
 
 
-def _div(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _div(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     values = {"input": a["self"], "other": a["other"]}
     if a.get("rounding_mode") is not None:
         values["rounding_mode"] = a["rounding_mode"]
@@ -151,11 +151,11 @@ def _pool(function: str, names: tuple[str, ...]):
     return handler
 
 
-def _clamp(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _clamp(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     values = {"input": a["self"]}
     for key in ("min", "max"):
         if a.get(key) is not None:
-            if isinstance(a[key], _T):
+            if isinstance(a[key], Tensor):
                 raise lf.error("clamp with tensor bounds is not supported")
             values[key] = float(a[key])
     return lf.call("clamp", values)
@@ -228,7 +228,7 @@ def _product(dims: list) -> tuple[Fraction, tuple] | None:
     return coef, tuple(sorted(syms))
 
 
-def _symbolic_reshape(lf: _Lifter, x: _T, shape: list) -> Any:
+def _symbolic_reshape(lf: _Lifter, x: Tensor, shape: list) -> Any:
     """A reshape to run-time sizes as flatten/unflatten, found by matching products of
     the symbolic sizes of ``x`` (from ``h, w = x.shape`` or the sizes the shape uses) with
     the target's: ``x.view(b, g, c // g, h, w)`` splits ``c``, ``y.view(b, c, h, w)``
@@ -276,7 +276,7 @@ def _symbolic_reshape(lf: _Lifter, x: _T, shape: list) -> Any:
     return y
 
 
-def _reshape_as_sizes(lf: _Lifter, x: _T, shape: list) -> _T:
+def _reshape_as_sizes(lf: _Lifter, x: Tensor, shape: list) -> Tensor:
     """``x.view(t.size(0), ..., t.size(n-1))``, another tensor's sizes in order: the
     traced form of ``x.view(t.size())`` (F.local_response_norm's ``div.view(sizes)``),
     lifted as ``x.reshape_as(t)`` (if ``t`` had more dimensions, PyTorch's view would
@@ -285,7 +285,7 @@ def _reshape_as_sizes(lf: _Lifter, x: _T, shape: list) -> _T:
     if len(tensors) == 1 and all(isinstance(s, _Size) and s.dim == i
                                  for i, s in enumerate(shape)):
         (other,) = tensors
-        return lf.call("reshape_as", {"input": x, "other": _T(other)})
+        return lf.call("reshape_as", {"input": x, "other": Tensor(other)})
     raise lf.error(f"reshape of {x.name!r} to sizes of another tensor {shape!r} is not "
                    "supported")
 
@@ -305,7 +305,7 @@ def _traced_shape(lf: _Lifter, shape: Any) -> list[int] | None:
     return [-1] + [int(d) for d in sizes[1:]]
 
 
-def _getitem(lf: _Lifter, x: _T, dim: int, item: Any) -> _T:
+def _getitem(lf: _Lifter, x: Tensor, dim: int, item: Any) -> Tensor:
     full = {"slice": [None, None, None]}
     if dim >= 0:
         index = [full] * dim + [item]
@@ -314,7 +314,7 @@ def _getitem(lf: _Lifter, x: _T, dim: int, item: Any) -> _T:
     return lf.call("getitem", {"input": x, "index": index})
 
 
-def _slice(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _slice(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     x = _t(lf, a["self"], "slice")
     start, end, step = a.get("start"), a.get("end"), a.get("step", 1)
     if end is not None and isinstance(end, int) and end >= INT64_MAX:
@@ -326,7 +326,7 @@ def _slice(lf: _Lifter, a: dict[str, Any]) -> _T:
     return _getitem(lf, x, a["dim"], {"slice": [start, end, None if step == 1 else step]})
 
 
-def _select(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _select(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     x = _t(lf, a["self"], "select")
     if not isinstance(a["index"], int):
         raise lf.error("select with a run-time index is not supported")
@@ -334,7 +334,7 @@ def _select(lf: _Lifter, a: dict[str, Any]) -> _T:
 
 
 def _reduce(function: str):
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         if a.get("dtype") is not None:
             raise lf.error(f"{function} with a dtype is not supported")
         values: dict[str, Any] = {"input": a["self"]}
@@ -351,7 +351,7 @@ def _reduce(function: str):
 
 def _reduce_dims(function: str):
     """amax/amin: ``dim`` (a list, empty = every dimension) and ``keepdim``."""
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         values: dict[str, Any] = {"input": a["self"], "dim": list(a.get("dim") or [])}
         values["keepdim"] = bool(a.get("keepdim", False))
         return lf.call(function, values)
@@ -359,7 +359,7 @@ def _reduce_dims(function: str):
     return handler
 
 
-def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _prod(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     if a.get("dtype") is not None:
         raise lf.error("prod with a dtype is not supported")
     values: dict[str, Any] = {"input": a["self"]}
@@ -372,7 +372,7 @@ def _prod(lf: _Lifter, a: dict[str, Any]) -> _T:
 def _pad(mode: str | None = None):
     """aten::pad (mode and value as arguments) and its lowerings: constant_pad_nd,
     reflection_padNd, replication_padNd, _pad_circular."""
-    def handler(lf: _Lifter, a: dict[str, Any]) -> _T:
+    def handler(lf: _Lifter, a: dict[str, Any]) -> Tensor:
         pad = a.get("pad", a.get("padding"))
         if not isinstance(pad, (list, tuple)) or not all(isinstance(p, int) for p in pad):
             raise lf.error("padding with run-time sizes is not supported")
@@ -385,7 +385,7 @@ def _pad(mode: str | None = None):
     return handler
 
 
-def _squeeze(lf: _Lifter, a: dict[str, Any]) -> _T:
+def _squeeze(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     values: dict[str, Any] = {"input": a["self"]}
     if a.get("dim") is not None:
         values["dim"] = a["dim"]
@@ -443,6 +443,38 @@ def _unsupported(message: str):
         raise lf.error(message)
 
     return handler
+
+
+def _linear(lf: _Lifter, a: dict[str, Any]) -> Tensor:
+    """F.linear outside nn.Linear: input @ weight.T (+ bias)."""
+    x = _t(lf, a["input"], "linear")
+    w = lf.call("transpose", {"input": _t(lf, a["weight"], "linear"), "dim0": 0, "dim1": 1})
+    y = lf.call("matmul", {"input": x, "other": w})
+    return y if a.get("bias") is None else lf.call("add", {"input": y, "other": a["bias"]})
+
+
+def _baddbmm(lf: _Lifter, a: dict[str, Any]) -> Tensor:
+    """beta * self + alpha * batch1 @ batch2."""
+    product = lf.call("matmul", {"input": a["batch1"], "other": a["batch2"]})
+    if a.get("alpha", 1) != 1:
+        product = lf.call("mul", {"input": product, "other": float(a["alpha"])})
+    base = a["self"]
+    if a.get("beta", 1) != 1:
+        base = lf.call("mul", {"input": base, "other": float(a["beta"])})
+    return lf.call("add", {"input": base, "other": product})
+
+
+def _no_floordiv(lf: _Lifter, a: dict[str, Any]) -> Any:
+    raise lf.error("aten::floordiv of values known only at run time is not supported "
+                   "(sizes divided by a constant are)")
+
+
+_SIZE_FALLBACK = {
+    "floor_divide": _binary("floor_divide"),
+    "floordiv": _no_floordiv,
+    "mul": _binary("mul"),
+    "div": _div,
+}
 
 
 _POOL_ARGS = {
@@ -523,8 +555,8 @@ _ATEN: dict[str, Any] = {
     "add": _binary("add", alpha=True),
     "sub": _binary("sub", alpha=True),
     "rsub": _rsub,
-    "mul": _binary("mul"),
-    "div": _div,
+    "mul": _size_arith("mul"),
+    "div": _size_arith("div"),
     "reciprocal": lambda lf, a: lf.call("div", {"input": 1.0, "other": a["self"]}),
     "pow": lambda lf, a: lf.call("pow", {"input": a["self"], "exponent": a["exponent"]}),
     "matmul": _binary("matmul"),
@@ -562,40 +594,6 @@ _ATEN: dict[str, Any] = {
     "alias": _identity,
     "size": _size,
     "bmm": _binary("matmul"),
+    "linear": _linear,
+    "baddbmm": _baddbmm,
 }
-
-
-def _linear(lf: _Lifter, a: dict[str, Any]) -> _T:
-    """F.linear outside nn.Linear: input @ weight.T (+ bias)."""
-    x = _t(lf, a["input"], "linear")
-    w = lf.call("transpose", {"input": _t(lf, a["weight"], "linear"), "dim0": 0, "dim1": 1})
-    y = lf.call("matmul", {"input": x, "other": w})
-    return y if a.get("bias") is None else lf.call("add", {"input": y, "other": a["bias"]})
-
-
-def _baddbmm(lf: _Lifter, a: dict[str, Any]) -> _T:
-    """beta * self + alpha * batch1 @ batch2."""
-    product = lf.call("matmul", {"input": a["batch1"], "other": a["batch2"]})
-    if a.get("alpha", 1) != 1:
-        product = lf.call("mul", {"input": product, "other": float(a["alpha"])})
-    base = a["self"]
-    if a.get("beta", 1) != 1:
-        base = lf.call("mul", {"input": base, "other": float(a["beta"])})
-    return lf.call("add", {"input": base, "other": product})
-
-
-def _no_floordiv(lf: _Lifter, a: dict[str, Any]) -> Any:
-    raise lf.error("aten::floordiv of values known only at run time is not supported "
-                   "(sizes divided by a constant are)")
-
-
-_SIZE_FALLBACK = {
-    "floor_divide": _binary("floor_divide"),
-    "floordiv": _no_floordiv,
-    "mul": _binary("mul"),
-    "div": _div,
-}
-_ATEN["linear"] = _linear
-_ATEN["baddbmm"] = _baddbmm
-_ATEN["mul"] = _size_arith("mul")
-_ATEN["div"] = _size_arith("div")

@@ -1,7 +1,8 @@
 """Graph helpers and the values the TorchScript lifter passes around while it interprets
 a module's graph.
 
-A graph value is a tensor (:class:`_T`, an IR node), a module (:class:`_Mod`), a size
+A graph value is a tensor (:class:`~petab_sciml.formats.graph_building.Tensor`, an IR
+node), a module (:class:`_Mod`), a size
 known only at run time (:class:`_Size`, :class:`_Sizes`), the training flag
 (:data:`TRAINING`), an array or input of a traced layer's own graph (:class:`_Param`,
 :class:`_Input`), a plain Python constant, or :data:`_UNKNOWN`.
@@ -29,13 +30,6 @@ class _Training:
 
 
 TRAINING = _Training()
-
-@dataclass(frozen=True)
-class _T:
-    """A tensor: the value of the IR node ``name``."""
-
-    name: str
-
 
 @dataclass(frozen=True)
 class _Mod:

@@ -196,23 +196,7 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
     key = next((n for n in _all_nodes(graph) if n.kind() in key_ops), None)
     a = reader.args(key) if key is not None else {}
     if layer_type.startswith(("BatchNorm", "InstanceNorm")):
-        ref = weight if weight is not None else arrays.get("running_mean")
-        if ref is None:
-            raise lifter.error("cannot recover num_features of a traced norm layer without "
-                               "affine parameters or running statistics (script the module "
-                               "instead of tracing it)", entry)
-        put("num_features", ref.shape[0])
-        put("affine", "weight" in arrays)
-        put("track_running_stats", "running_mean" in arrays)
-        if "eps" in a:
-            put("eps", float(a["eps"]))
-        momentum = a.get("momentum", _UNKNOWN)
-        nbt = arrays.get("num_batches_tracked")
-        if isinstance(momentum, float) and nbt is not None and int(nbt) > 0 and any(
-                n.kind() == "aten::add_" for n in _all_nodes(graph)) and abs(
-                momentum - 1.0 / int(nbt)) < 1e-12:
-            momentum = None  # traced in training mode with momentum=None (cumulative)
-        put("momentum", momentum)
+        _traced_norm(lifter, put, a, arrays, graph, entry)
         return
     if layer_type == "PReLU":
         if weight is not None:
@@ -238,30 +222,68 @@ def _traced_args(torch: Any, lifter: _Lifter, module: Any, layer_type: str,
     if layer_type.startswith("Conv"):
         if weight is None:  # pragma: no cover - convolutions always have a weight
             raise lifter.error("traced convolution without a weight", entry)
-        groups = a.get("groups", 1)
-        groups = groups if isinstance(groups, int) else 1
-        put("groups", groups)
-        if "Transpose" in layer_type:
-            put("in_channels", weight.shape[0])
-            put("out_channels", weight.shape[1] * groups)
-        else:
-            put("out_channels", weight.shape[0])
-            put("in_channels", weight.shape[1] * groups)
-        put("kernel_size", list(weight.shape[2:]))
-        pad = next((n for n in _all_nodes(graph) if n.kind() == "aten::pad"), None)
-        if pad is not None and "Transpose" not in layer_type:
-            p = reader.args(pad)
-            amounts, mode = p.get("pad"), p.get("mode")
-            if isinstance(amounts, list) and mode in ("reflect", "replicate", "circular"):
-                n = len(amounts) // 2
-                put("padding", [amounts[2 * (n - 1 - i)] for i in range(n)])
-                put("padding_mode", mode)
-        for name in ("stride", "padding", "dilation", "output_padding"):
-            if name in a and isinstance(a[name], (list, str)):
-                put(name, a[name])
-        if "padding_mode" in names:
-            put("padding_mode", "zeros")
+        _traced_conv(put, a, weight, graph, reader, layer_type, names)
         return
+    _traced_pool(put, a, graph, reader, layer_type, names)
+
+
+def _traced_norm(lifter: _Lifter, put: Any, a: Mapping[str, Any],
+                 arrays: Mapping[str, Any], graph: Any, entry: str) -> None:
+    """BatchNorm / InstanceNorm: sizes and flags from the arrays, eps and momentum from
+    the batch_norm / instance_norm op."""
+    weight = arrays.get("weight")
+    ref = weight if weight is not None else arrays.get("running_mean")
+    if ref is None:
+        raise lifter.error("cannot recover num_features of a traced norm layer without "
+                           "affine parameters or running statistics (script the module "
+                           "instead of tracing it)", entry)
+    put("num_features", ref.shape[0])
+    put("affine", "weight" in arrays)
+    put("track_running_stats", "running_mean" in arrays)
+    if "eps" in a:
+        put("eps", float(a["eps"]))
+    momentum = a.get("momentum", _UNKNOWN)
+    nbt = arrays.get("num_batches_tracked")
+    if isinstance(momentum, float) and nbt is not None and int(nbt) > 0 and any(
+            n.kind() == "aten::add_" for n in _all_nodes(graph)) and abs(
+            momentum - 1.0 / int(nbt)) < 1e-12:
+        momentum = None  # traced in training mode with momentum=None (cumulative)
+    put("momentum", momentum)
+
+
+def _traced_conv(put: Any, a: Mapping[str, Any], weight: Any, graph: Any,
+                 reader: _ConstantReader, layer_type: str, names: set[str]) -> None:
+    """Conv / ConvTranspose: channels and kernel from the weight, the rest from the
+    convolution op (and an aten::pad in front for a non-zero padding mode)."""
+    groups = a.get("groups", 1)
+    groups = groups if isinstance(groups, int) else 1
+    put("groups", groups)
+    if "Transpose" in layer_type:
+        put("in_channels", weight.shape[0])
+        put("out_channels", weight.shape[1] * groups)
+    else:
+        put("out_channels", weight.shape[0])
+        put("in_channels", weight.shape[1] * groups)
+    put("kernel_size", list(weight.shape[2:]))
+    pad = next((n for n in _all_nodes(graph) if n.kind() == "aten::pad"), None)
+    if pad is not None and "Transpose" not in layer_type:
+        p = reader.args(pad)
+        amounts, mode = p.get("pad"), p.get("mode")
+        if isinstance(amounts, list) and mode in ("reflect", "replicate", "circular"):
+            n = len(amounts) // 2
+            put("padding", [amounts[2 * (n - 1 - i)] for i in range(n)])
+            put("padding_mode", mode)
+    for name in ("stride", "padding", "dilation", "output_padding"):
+        if name in a and isinstance(a[name], (list, str)):
+            put(name, a[name])
+    if "padding_mode" in names:
+        put("padding_mode", "zeros")
+
+
+def _traced_pool(put: Any, a: Mapping[str, Any], graph: Any, reader: _ConstantReader,
+                 layer_type: str, names: set[str]) -> None:
+    """Pools (and the other layers): the key op's constant arguments; LPPool's norm from
+    its aten::pow."""
     if layer_type.startswith("LPPool"):
         pow_node = next((n for n in _all_nodes(graph) if n.kind() == "aten::pow"), None)
         if pow_node is not None:

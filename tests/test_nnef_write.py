@@ -121,3 +121,15 @@ def test_comparisons_through_shape_functions(tmp_path: Path) -> None:
     lifted, params = nnef_format.read_with_parameters(tmp_path / "m", metadata=False)
     assert max_error(_forward(lifted, params, x), expected) <= TOL
     assert max_error(_forward(lifted, params, x, "jax"), expected) <= TOL
+
+
+def test_every_catalogue_layer_and_function_has_one_writer() -> None:
+    """Each layer type and function has its NNEF writer registered (activation layers
+    are written as their function)."""
+    from petab_sciml.catalogue import FUNCTIONS
+    from petab_sciml.catalogue import LAYERS as CATALOGUE_LAYERS
+    from petab_sciml.formats.nnef_export import registry
+
+    layers = {t for t, spec in CATALOGUE_LAYERS.items() if spec.function is None}
+    assert layers <= set(registry.LAYERS.handlers)
+    assert set(FUNCTIONS) <= set(registry.FUNCTIONS.handlers)

@@ -147,3 +147,14 @@ def test_exported_metadata_names_layers():
     assert list(back.network.layers) == list(network.layers)
     assert [layer.type for layer in back.network.layers.values()] == \
         [layer.type for layer in network.layers.values()]
+
+
+def test_every_catalogue_layer_and_function_has_one_exporter():
+    """Each layer type and function has its exporter registered (activation layers
+    export as their function)."""
+    from petab_sciml.catalogue import FUNCTIONS, LAYERS
+    from petab_sciml.formats.onnx_export import registry
+
+    layers = {t for t, spec in LAYERS.items() if spec.function is None}
+    assert layers <= set(registry.LAYERS.handlers)
+    assert set(FUNCTIONS) <= set(registry.FUNCTIONS.handlers)

@@ -30,6 +30,7 @@ from petab_sciml.catalogue import LAYERS
 from petab_sciml.errors import NetworkError, require
 from petab_sciml.network import ID_PATTERN, Network
 
+from ..graph_building import reachable
 from ..onnx_budget import folded_elements, infer_shapes_bounded
 from .registry import HANDLERS, NO_FOLD, PREPASSES
 from .values import _C, _P, _T, NameEntry, OnnxImport, _compact, _f32, _Lazy, _sanitize
@@ -45,7 +46,8 @@ _INPUT_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
 _FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"
 
 MIN_OPSET = 6
-"""Oldest default-domain opset read (the issue targets 13+, the ONNX test data uses 6-12)."""
+"""Oldest default-domain opset read (the ONNX test data uses opsets 6-12; 13+ is the
+common case)."""
 
 # Attribute names of torch.fx.GraphModule: layer ids and free-parameter groups become
 # submodules in the torch backend and must not shadow these.
@@ -320,18 +322,7 @@ class _Importer:
 
     def _prune(self) -> None:
         """Drop nodes (and the free parameters they read) that no output depends on."""
-        by_name = {n["name"]: n for n in self.nodes}
-        live: set[str] = set()
-        stack = [n["name"] for n in self.nodes if n["op"] in ("output", "placeholder")]
-        while stack:
-            name = stack.pop()
-            if name in live:
-                continue
-            live.add(name)
-            node = by_name[name]
-            for ref in _node_refs(node):
-                if ref in by_name and ref not in live:
-                    stack.append(ref)
+        live = reachable(self.nodes, ("output", "placeholder"), _node_refs)
         self.nodes = [n for n in self.nodes if n["name"] in live]
         used_free = {n["target"] for n in self.nodes if n["op"] == "get_attr"}
         dropped = [f for f in self.free if f["id"] not in used_free]

@@ -14,11 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from .exporter import _Exporter
+from .registry import layer
+
 _TORCH_TO_ONNX = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN": (0,)}
 """For each ONNX gate position, the PyTorch gate block it takes."""
 
 
-def _gates(ex: Any, name: str, op: str, hidden: int) -> str:
+def _gates(ex: _Exporter, name: str, op: str, hidden: int) -> str:
     """A PyTorch weight or bias ``name`` with its gate blocks in ONNX's order."""
     order = _TORCH_TO_ONNX[op]
     if len(order) == 1:
@@ -28,10 +31,11 @@ def _gates(ex: Any, name: str, op: str, hidden: int) -> str:
     return ex.op("Concat", [pieces[i] for i in order], axis=0)
 
 
-def export_recurrent(ex: Any, layer: Any, ins: list[Any]) -> tuple[Any, ...]:
-    """The ONNX nodes of a recurrent ``layer`` called with ``ins`` (``x`` and optionally
+@layer("LSTM", "GRU", "RNN")
+def _recurrent(ex: _Exporter, lay: Any, ins: list[Any]) -> tuple[Any, ...]:
+    """The ONNX nodes of a recurrent layer called with ``ins`` (``x`` and optionally
     ``h_0``, or ``(h_0, c_0)``); returns the layer's tuple of ONNX value names."""
-    op, c, lid = layer.type, layer.config, layer.id
+    op, c, lid = lay.type, lay.config, lay.id
     hidden, n_dir, layers = int(c["hidden_size"]), 2 if c["bidirectional"] else 1, \
         int(c["num_layers"])
     x = ins[0]
@@ -57,7 +61,7 @@ def export_recurrent(ex: Any, layer: Any, ins: list[Any]) -> tuple[Any, ...]:
     finals: list[list[str]] = [[] for _ in range(2 if op == "LSTM" else 1)]
     y = x
     if c.get("proj_size", 0):  # ONNX's LSTM has no projection: the cell, step by step
-        y = _unrolled_lstm(ex, layer, x, states, finals)
+        y = _unrolled_lstm(ex, lay, x, states, finals)
     for k in range(0 if c.get("proj_size", 0) else layers):
         w, r, b = [], [], []
         for sfx in ("", "_reverse")[:n_dir]:
@@ -90,21 +94,18 @@ def export_recurrent(ex: Any, layer: Any, ins: list[Any]) -> tuple[Any, ...]:
     return (y, (hn[0], hn[1])) if op == "LSTM" else (y, hn[0])
 
 
-def _stack(ex: Any, parts: list[str]) -> str:
+def _stack(ex: _Exporter, parts: list[str]) -> str:
     """Per-direction arrays stacked on a new leading axis."""
     ups = [ex.op("Unsqueeze", [p, ex.ints([0])]) for p in parts]
     return ups[0] if len(ups) == 1 else ex.op("Concat", ups, axis=0)
 
 
-__all__ = ["export_recurrent"]
-
-
-def _unrolled_lstm(ex: Any, layer: Any, x: str, states: list[str],
+def _unrolled_lstm(ex: _Exporter, lay: Any, x: str, states: list[str],
                    finals: list[list[str]]) -> str:
     """An LSTM with ``proj_size`` as MatMul, Sigmoid and Tanh per time step (the
     sequence length must be static); returns ``(L, N, D * proj_size)`` and appends the
     final states of every layer and direction to ``finals``."""
-    c, lid = layer.config, layer.id
+    c, lid = lay.config, lay.id
     hidden, proj = int(c["hidden_size"]), int(c["proj_size"])
     n_dir = 2 if c["bidirectional"] else 1
     shape = ex.shape(x)
