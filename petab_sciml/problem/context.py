@@ -116,11 +116,12 @@ def _read_tables(ctx: ProblemContext) -> None:
             key = "hybridization_files" if kind == "hybridization" else f"{kind}_files"
             yaml_path = f"{cfg.extension_path}.{key}" if kind == "hybridization" else key
             target = cfg.resolve(name)
+            if not check_inside(ctx, name, yaml_path):
+                continue
             if not target.exists():
                 ctx.issues.add("FILE_NOT_FOUND", f"{kind} table {name!r} not found",
                                file=cfg.path.name, path=yaml_path)
                 continue
-            check_inside(ctx, name, yaml_path)
             try:
                 table = read_table(target, kind, name)
             except TableError as exc:
@@ -135,23 +136,28 @@ def _read_tables(ctx: ProblemContext) -> None:
             ctx.tables.setdefault(kind, []).append(table)
 
 
-def check_inside(ctx: ProblemContext, name: str, yaml_path: str) -> None:
-    """Warn when the file ``name`` (as the problem YAML writes it) lies outside the
-    problem's folder (``../x``, an absolute path, or a symlink leading out)."""
+def check_inside(ctx: ProblemContext, name: str, yaml_path: str) -> bool:
+    """Whether the file ``name`` (as the problem YAML writes it, at ``yaml_path``) may be
+    read.  One outside the problem's folder (``../x``, an absolute path, or a symlink
+    leading out) is an error and is not read under ``--confine`` (checked before
+    anything, its existence included, is looked at); otherwise an existing one gets a
+    warning and is read."""
+    from petab_sciml.confine import confinement_root, outside_of, real_path, refusal
+
     cfg = ctx.config
-    base = _resolved(cfg.base)
-    target = _resolved(cfg.resolve(name))
-    if not target.is_relative_to(base):
+    target = outside_of(cfg.resolve(name), cfg.base)
+    if target is None:
+        return True
+    root = confinement_root()
+    if root is not None:
+        ctx.issues.add("FILE_OUTSIDE_CONFINED", f"{name!r} " + refusal(cfg.resolve(name),
+                       target, root), file=cfg.path.name, path=yaml_path)
+        return False
+    if cfg.resolve(name).exists():
         ctx.issues.add("FILE_OUTSIDE_PROBLEM", f"{name!r} resolves to {str(target)!r}, outside "
-                       f"the problem folder {str(base)!r}; the problem reads files elsewhere",
-                       file=cfg.path.name, path=yaml_path)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path.absolute()
+                       f"the problem folder {str(real_path(cfg.base))!r}; the problem reads "
+                       "files elsewhere", file=cfg.path.name, path=yaml_path)
+    return True
 
 
 def _read_model(ctx: ProblemContext) -> None:
@@ -165,11 +171,12 @@ def _read_model(ctx: ProblemContext) -> None:
     where = f"model_files.{model_id}"
     language = str(entry.get("language", "sbml")).lower()
     target = cfg.resolve(entry["location"])
+    if not check_inside(ctx, entry["location"], f"{where}.location"):
+        return
     if not target.exists():
         ctx.issues.add("FILE_NOT_FOUND", f"model file {entry['location']!r} not found",
                        file=cfg.path.name, path=f"{where}.location")
         return
-    check_inside(ctx, entry["location"], f"{where}.location")
     if language != "sbml":
         ctx.issues.add("MODEL_INVALID", f"model language {language!r} is not supported by "
                        "this validator (only sbml); model-dependent checks are skipped",
@@ -201,12 +208,14 @@ def _read_networks(ctx: ProblemContext) -> None:
             continue
         fmt = entry.format.lower()
         target = cfg.resolve(entry.location)
+        if not check_inside(ctx, entry.location, f"{entry.yaml_path}.location"):
+            ctx.unchecked_networks.add(net_id)
+            continue
         if not target.exists():
             ctx.issues.add("FILE_NOT_FOUND", f"network file {entry.location!r} not found",
                            file=cfg.path.name, path=f"{entry.yaml_path}.location")
             ctx.unchecked_networks.add(net_id)
             continue
-        check_inside(ctx, entry.location, f"{entry.yaml_path}.location")
         if not target.is_dir():
             from petab_sciml.errors import InputFileError
             from petab_sciml.safe_read import check_regular_file
@@ -303,11 +312,12 @@ def _read_arrays(ctx: ProblemContext) -> None:
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
             continue
         seen_files[target.resolve()] = name
+        if not check_inside(ctx, name, f"{cfg.extension_path}.array_files"):
+            continue
         if not target.exists():
             ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
             continue
-        check_inside(ctx, name, f"{cfg.extension_path}.array_files")
         try:
             data = read_array_file(target)
         except PetabSciMLError as exc:

@@ -55,17 +55,26 @@ class ValidationReport:
 
 
 def validate_problem(path: str | Path, *, trust_code: bool = False, read_values: bool = False,
-                     libpetab: bool = False) -> ValidationReport:
+                     libpetab: bool = False, confine: bool = False) -> ValidationReport:
     """Validate the problem at ``path`` (its YAML file).
 
     With ``read_values`` the network parameter values are read and resolved too (what the
     loader needs); plain validation only reads the array files' structure.  With
     ``libpetab`` (off by default), libpetab-python's PEtab v2 + SciML linter runs too, once
     our own checks (the simulation plan included) found no error, and its findings are
-    added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
-    import alone takes 1.5 s, its checks can take 100x longer than ours).
+    added as ``LIBPETAB`` warnings: a second opinion that never decides validity (slow
+    to import, and its checks can be much slower than ours).
+
+    With ``confine`` no file outside the problem YAML's folder is opened (symlinks
+    resolved; :mod:`petab_sciml.confine`): each is an error ``FILE_OUTSIDE_CONFINED``.
     """
     path = Path(path)
+    if confine:
+        from petab_sciml.confine import confined
+
+        with confined(path.parent):
+            return validate_problem(path, trust_code=trust_code, read_values=read_values,
+                                    libpetab=libpetab)
     issues = IssueList()
     report = ValidationReport(path, issues)
     try:
