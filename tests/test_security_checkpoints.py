@@ -169,6 +169,7 @@ def _module_tensor(data: dict, change) -> dict:
     ("other_settings", ["other settings", "lr"]),
     ("no_identity", ["no identity record"]),
     ("compressed", ["compressed"]),
+    ("tensor_in_settings", ["is not a checkpoint of this model"]),
 ])
 def test_torch_damaged_or_foreign_checkpoint_is_refused(problem, torch_fit, tmp_path,
                                                         damage, words):
@@ -205,6 +206,8 @@ def test_torch_damaged_or_foreign_checkpoint_is_refused(problem, torch_fit, tmp_
             data["identity"]["lr"] = 0.5
         elif damage == "no_identity":
             data["identity"] = {}
+        elif damage == "tensor_in_settings":
+            data["optimizer"]["param_groups"][0]["lr"] = torch.ones(3)
         _torch_save(path, data)
     _refused(problem, out, "torch", str(path), *words)
 

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from petab_sciml.fit.artifacts import (
+    ArtifactError,
     check_identity,
     checkpoint_budget,
     checkpoint_identity,
@@ -112,6 +113,18 @@ def read_start(path: Path, identity: dict[str, Any],
     return arrays
 
 
+def _read_checked(path: Path, identity: dict[str, Any],
+                  layout: dict[str, tuple[tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
+    """:func:`read_start`, with anything a crafted file makes a check raise refused."""
+    try:
+        return read_start(path, identity, layout)
+    except ArtifactError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a crafted value makes a check raise
+        raise refused(path, f"is not a checkpoint of this model ({type(exc).__name__} while "
+                      "checking it)") from None
+
+
 def _check_progress(arrays: dict[str, np.ndarray], path: Path) -> None:
     for name, kind in (("step", "iu"), ("stopped", "iu"), ("active", "b")):
         if arrays[name].shape != () or arrays[name].dtype.kind not in kind:
@@ -141,7 +154,7 @@ def restore(task: FitTask, fingerprint: str, batch, previous, states, active, tr
     if any(path is None or not os.path.lexists(path) for path in paths):
         return batch, previous, states, active, 0, traces, stopped
     layout = _layout(batch, states)
-    loaded = [read_start(path, checkpoint_identity(task, start, fingerprint), layout)
+    loaded = [_read_checked(path, checkpoint_identity(task, start, fingerprint), layout)
               for path, start in zip(paths, task.starts)]
     steps = {int(d["step"]) for d in loaded}
     if len(steps) != 1:

@@ -81,16 +81,14 @@ def load_checkpoint(path: Path, identity: dict[str, Any], module: Any, opt: Any,
 
     stored_zip(data, path, "a PyTorch checkpoint")
     saved = _unpickle(data, path)
-    check_identity(saved.get("identity"), identity, path)
-    _check_tensors(saved["module"], {k: v for k, v in state.items()}, path, "module")
-    _check_optimizer(saved["optimizer"], opt, params, path)
-    generator = module.generator.get_state()
-    _check_tensor(saved["generator"], generator.shape, generator.dtype, path, "generator")
-    restored = _check_progress(saved, path)
+    try:
+        restored = _check(saved, identity, module, opt, params, path)
+    except ArtifactError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a crafted value makes a check raise
+        raise refused(path, f"is not a checkpoint of this model ({type(exc).__name__} while "
+                      "checking it)") from None
     previous = saved["previous"]
-    if not isinstance(previous, list):
-        raise refused(path, "expected a list of tensors", entry="previous")
-    _check_tensors(dict(enumerate(previous)), dict(enumerate(params)), path, "previous")
     try:
         module.load_state_dict(saved["module"])
         opt.load_state_dict(saved["optimizer"])
@@ -100,6 +98,22 @@ def load_checkpoint(path: Path, identity: dict[str, Any], module: Any, opt: Any,
                 q.copy_(v)
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise refused(path, f"cannot be restored: {str(exc).splitlines()[0][:200]}") from None
+    return restored
+
+
+def _check(saved: dict[str, Any], identity: dict[str, Any], module: Any, opt: Any,
+           params: list[torch.Tensor], path: Path) -> Restored:
+    """Every entry of ``saved`` against the fit and the model (nothing restored yet)."""
+    check_identity(saved.get("identity"), identity, path)
+    _check_tensors(saved["module"], dict(module.state_dict()), path, "module")
+    _check_optimizer(saved["optimizer"], opt, params, path)
+    generator = module.generator.get_state()
+    _check_tensor(saved["generator"], generator.shape, generator.dtype, path, "generator")
+    restored = _check_progress(saved, path)
+    if not isinstance(saved["previous"], list):
+        raise refused(path, "expected a list of tensors", entry="previous")
+    _check_tensors(dict(enumerate(saved["previous"])), dict(enumerate(params)), path,
+                   "previous")
     return restored
 
 
