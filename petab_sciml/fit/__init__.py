@@ -97,8 +97,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                      trust_code, run_id)
              for a in range(0, starts, batch)]
 
-    if resume:
-        _check_resume(backend, tasks)
+    _check_resume(backend, tasks)
     _write_record(out, settings)
     display = _Progress(starts, steps, console, enabled=progress)
     local = in_process or starts == 1
@@ -180,12 +179,13 @@ def _shown(value: Any) -> str:
 
 
 def _check_resume(backend: str, tasks: list[FitTask]) -> None:
-    """Every checkpoint the tasks continue from, checked before any task trains."""
+    """Every checkpoint resumed tasks continue from, checked before any task trains."""
     from petab_sciml.plugins import get_backend
 
     check = getattr(get_backend(backend), "check_resume", None)
     for task in tasks if check is not None else ():
-        check(task)
+        if task.resume:
+            check(task)
 
 
 def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
