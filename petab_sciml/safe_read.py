@@ -11,8 +11,8 @@ and YAML without alias bombs or runaway nesting.
   file whose real location lies outside the confined folder (``--confine``).
 * :func:`load_yaml` parses YAML with the safe loader after checking, from the parser's
   event stream, the nesting depth (``max_yaml_depth``) and the number of nodes once
-  aliases are expanded (``max_yaml_nodes``): a "billion laughs" file is refused in
-  milliseconds, at the line of the alias that crosses the budget.
+  aliases are expanded (``max_yaml_nodes``): a "billion laughs" file is refused before
+  anything is expanded, at the line of the alias that crosses the budget.
 
 Budgets come from :mod:`petab_sciml.limits`.  Errors are
 :class:`~petab_sciml.errors.InputFileError` (with ``code`` ``FILE_NOT_FOUND`` or

@@ -70,8 +70,8 @@ class ProblemContext:
     mapping: dict[str, Mapped] = field(default_factory=dict)
     huge_formulas: set[str] = field(default_factory=set)
     """Tables (file names) with a formula that does not parse or holds a constant too
-    large for exact arithmetic; libpetab's second opinion skips them (sympy would take
-    hours on ``9^9^9`` or ``1e999999``)."""
+    large for exact arithmetic; libpetab's second opinion skips them (sympy's exact
+    arithmetic on ``9^9^9`` or ``1e999999`` has no practical end)."""
 
     # ------------------------------------------------------------------ helpers
     def rows(self, kind: str):

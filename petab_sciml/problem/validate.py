@@ -131,7 +131,7 @@ def _cross(report: ValidationReport, read_values: bool) -> None:
 def _libpetab(report: ValidationReport, read_values: bool) -> None:
     """The second opinion, on problems our own checks accept (on others it would only
     repeat what we found, at a far higher cost) and whose formulas libpetab's sympy can
-    handle (constants too large for exact arithmetic could take it hours)."""
+    handle (not constants too large for exact arithmetic)."""
     from petab_sciml.problem.libpetab_lint import lint_with_libpetab
 
     ctx = report.context
