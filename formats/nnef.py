@@ -102,7 +102,11 @@ def _model_folder(path: Path):
             graphs = sorted(tmp.rglob(GRAPH_FILE))
             if not graphs:
                 raise NetworkError(f"the archive holds no {GRAPH_FILE}", file=path)
-            yield graphs[0].parent, True
+            from petab_sciml.confine import confined, confinement_root
+
+            # the members were extracted into our own folder: --confine now means it
+            with confined(tmp if confinement_root() is not None else None):
+                yield graphs[0].parent, True
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return
@@ -172,7 +176,9 @@ def _member_kind(member: tarfile.TarInfo) -> str:
 def _load_graph(nnef: Any, folder: Path, is_folder: bool, source: Path) -> Any:
     try:
         if is_folder:
-            return nnef.load_graph(str(folder), load_variables=True)
+            from petab_sciml.formats.nnef_variables import load_folder_graph
+
+            return load_folder_graph(nnef, folder)
         return nnef.load_graph(str(folder))
     except (nnef.Error, OSError, ValueError) as exc:
         raise NetworkError(f"cannot read the NNEF model: {exc}", file=source) from None

@@ -175,7 +175,11 @@ def read_array_file(path: PathLike, *, require_pytorch_format: bool = True) -> A
 
 
 def _check_is_hdf5(path: Path) -> None:
-    """Raise unless ``path`` is an existing regular file with an HDF5 signature."""
+    """Raise unless ``path`` is an existing regular file with an HDF5 signature (and,
+    under ``--confine``, inside the confined folder)."""
+    from petab_sciml.confine import check_confined
+
+    check_confined(path)
     if not path.exists():
         raise ArrayFileError("file not found; expected a PEtab SciML HDF5 array file",
                              file=path)

@@ -31,6 +31,13 @@ def _parse_limits(ctx: click.Context, param: click.Parameter, values: tuple[str,
     return out
 
 
+confine_option = click.option(
+    "--confine", is_flag=True,
+    help="Open no file outside the problem's folder (symlinks resolved): each is an error "
+         "instead (for services and CI jobs that check uploaded problems; see "
+         "docs/security.md).")
+"""The ``--confine`` flag of ``validate`` and ``info``."""
+
 limit_option = click.option(
     "--limit", "limits", multiple=True, metavar="NAME=VALUE", callback=_parse_limits,
     help="Raise (or lower) a budget on what input files may cost, e.g. max_elements=1e9 "
@@ -49,8 +56,9 @@ limit_option = click.option(
                    "Python >= 3.12) and show its findings beside ours, tagged LIBPETAB; "
                    "they never decide validity, and it runs only on problems without other "
                    "errors. Off by default: it can be much slower.")
+@confine_option
 @limit_option
-def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
+def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool, confine: bool,
              limits: dict[str, int]) -> None:
     """Validate a PEtab SciML problem (its YAML file).
 
@@ -62,7 +70,8 @@ def validate(problem: Path, as_json: bool, trust_code: bool, libpetab: bool,
     from petab_sciml.problem.validate import validate_problem
 
     with use_limits(**limits):
-        report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab)
+        report = validate_problem(problem, trust_code=trust_code, libpetab=libpetab,
+                                  confine=confine)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -93,8 +102,10 @@ def _print_issues(report) -> None:
               help="Load networks whose format runs code (torchscript, pytorch).")
 @click.option("--versions", is_flag=True,
               help="Print the versions of Python, JAX, diffrax, PyTorch, ... in use.")
+@confine_option
 @limit_option
 def info(problem: Path | None, as_json: bool, trust_code: bool, versions: bool,
+         confine: bool,
          limits: dict[str, int]) -> None:
     """Show a problem's networks and every parameter-table row, resolved.
 
@@ -111,7 +122,7 @@ def info(problem: Path | None, as_json: bool, trust_code: bool, versions: bool,
             raise click.UsageError("give a PROBLEM (or --versions)")
         return
     with use_limits(**limits):
-        data = problem_info(problem, trust_code=trust_code)
+        data = problem_info(problem, trust_code=trust_code, confine=confine)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:

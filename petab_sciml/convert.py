@@ -89,6 +89,7 @@ def convert(
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None,
     portable: bool = False,
     force: bool = False,
+    confine: bool = False,
 ) -> ConvertResult:
     """Convert the network file ``src`` to ``dst``.
 
@@ -110,6 +111,10 @@ def convert(
     not exist unless ``force``.  An existing ``params_out`` array file is updated: only
     ``parameters/<net_id>`` is replaced, its other groups are kept.
 
+    With ``confine`` the inputs (``src``, every file read through it, ``params_in``)
+    must lie in ``src``'s folder once symlinks are resolved; one outside is refused
+    before it is opened (:mod:`petab_sciml.confine`).  Outputs are not confined.
+
     Raises :class:`~petab_sciml.errors.OutputError` for a refused output,
     :class:`~petab_sciml.errors.PetabSciMLError` for unreadable input, an unknown
     format, a destination that cannot be written, or ``params_out`` without parameters.
@@ -126,10 +131,13 @@ def convert(
                  folder=writes_folder(fout, dst))
     if params_out is not None:
         check_output(params_out, overwrite=force, inputs=[src, params_in, dst])
-    if not src.is_dir():   # a FIFO or a device would hang or never end in a format reader
-        from petab_sciml.safe_read import check_regular_file
+    from petab_sciml.confine import confined
 
-        check_regular_file(src, what=f"a {fin.name} network file", limit=None)
+    with confined(src.parent if confine else None):
+        if not src.is_dir():  # a FIFO or a device would hang or never end in a format reader
+            from petab_sciml.safe_read import check_regular_file
+
+            check_regular_file(src, what=f"a {fin.name} network file", limit=None)
     options: dict[str, Any] = {}
     if fin.runs_code:
         options["trust_code"] = trust_code
@@ -139,14 +147,16 @@ def convert(
         warnings.simplefilter("always")
         read_params = reader_with_parameters(fin)
         params: dict[str, dict[str, Any]] | None = None
-        if read_params is not None:
-            network, params = read_params(src, **options)
-        else:
-            network = fin.read(src, **options)
+        with confined(src.parent if confine else None):
+            if read_params is not None:
+                network, params = read_params(src, **options)
+            else:
+                network = fin.read(src, **options)
         if params_in is not None:
             from petab_sciml.arrays import load_parameters
 
-            loaded = load_parameters(params_in, network, strict=False)
+            with confined(src.parent if confine else None):
+                loaded = load_parameters(params_in, network, strict=False)
             params = {g: dict(a) for g, a in (params or {}).items()}
             for group, arrays in loaded.items():
                 params.setdefault(group, {}).update(arrays)

@@ -7,10 +7,12 @@ and YAML without alias bombs or runaway nesting.
   named), so a file that grows while being read cannot exhaust memory either.
 * :func:`check_regular_file` is the same check for files that a library opens itself
   (h5py, onnx, nnef).
+* Inside a :func:`petab_sciml.confine.confined` block both refuse, before opening, any
+  file whose real location lies outside the confined folder (``--confine``).
 * :func:`load_yaml` parses YAML with the safe loader after checking, from the parser's
   event stream, the nesting depth (``max_yaml_depth``) and the number of nodes once
-  aliases are expanded (``max_yaml_nodes``): a "billion laughs" file is refused in
-  milliseconds, at the line of the alias that crosses the budget.
+  aliases are expanded (``max_yaml_nodes``): a "billion laughs" file is refused before
+  anything is expanded, at the line of the alias that crosses the budget.
 
 Budgets come from :mod:`petab_sciml.limits`.  Errors are
 :class:`~petab_sciml.errors.InputFileError` (with ``code`` ``FILE_NOT_FOUND`` or
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from petab_sciml import limits
+from petab_sciml.confine import check_confined
 from petab_sciml.errors import InputFileError
 
 __all__ = ["check_regular_file", "file_kind", "load_yaml", "read_bytes", "read_text"]
@@ -52,6 +56,7 @@ def check_regular_file(path: PathLike, *, what: str = "a file",
     """``os.stat`` of ``path`` (symlinks followed) if it is a regular file within the
     budget ``limit`` (None: no size check); raises otherwise."""
     path = Path(path)
+    check_confined(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -66,10 +71,17 @@ def check_regular_file(path: PathLike, *, what: str = "a file",
     return st
 
 
-def read_bytes(path: PathLike, *, what: str = "a file", limit: str = "max_file_bytes"
-               ) -> bytes:
-    """The content of the regular file ``path``, at most the budget ``limit`` in bytes."""
+def read_bytes(path: PathLike, *, what: str = "a file", limit: str = "max_file_bytes",
+               max_bytes: int | None = None,
+               check_stat: Callable[[os.stat_result], None] | None = None) -> bytes:
+    """The content of the regular file ``path``, at most the budget ``limit`` in bytes.
+
+    ``max_bytes``: a tighter bound, for files whose legitimate size is known (a file over
+    it raises :class:`~petab_sciml.errors.InputFileError`).  ``check_stat``: called with
+    the ``fstat`` of the opened file before a byte is read (to refuse, say, a file that
+    another user owns); what it raises propagates."""
     path = Path(path)
+    check_confined(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | \
         getattr(os, "O_CLOEXEC", 0)
     try:
@@ -88,6 +100,13 @@ def read_bytes(path: PathLike, *, what: str = "a file", limit: str = "max_file_b
             raise _not_regular(path, st.st_mode, what)
         budget = getattr(limits.current(), limit)
         limits.check(limit, "file size in bytes", st.st_size, file=path)
+        if check_stat is not None:
+            check_stat(st)
+        if max_bytes is not None and max_bytes < budget:
+            budget = max_bytes
+            if st.st_size > budget:
+                raise InputFileError(f"is {st.st_size:,} bytes, more than {what} can hold "
+                                     f"({budget:,} bytes)", file=path)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         chunks, total = [], 0
@@ -98,6 +117,9 @@ def read_bytes(path: PathLike, *, what: str = "a file", limit: str = "max_file_b
             chunks.append(chunk)
             total += len(chunk)
             if total > budget:
+                if max_bytes is not None and budget == max_bytes:
+                    raise InputFileError(f"grew while read beyond the {budget:,} bytes "
+                                         f"{what} can hold", file=path)
                 raise limits.exceeded(limit, "file size in bytes (grew while read)", total,
                                       file=path)
         return b"".join(chunks)

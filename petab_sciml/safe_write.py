@@ -220,11 +220,12 @@ def _fsync(path: Path) -> None:
 
 
 def write_bytes(path: PathLike, data: bytes, *, overwrite: bool = True,
-                inputs: Iterable[PathLike | None] = ()) -> Path:
-    """Write ``data`` to the file ``path`` through :func:`staged_output`."""
+                inputs: Iterable[PathLike | None] = (), mode: int = 0o666) -> Path:
+    """Write ``data`` to the file ``path`` through :func:`staged_output`; the file is
+    created with the permissions ``mode`` (less the process's umask)."""
     with staged_output(path, overwrite=overwrite, inputs=inputs) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o666)
+                     mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     return Path(path)

@@ -97,10 +97,7 @@ def load_case(path: str | os.PathLike) -> NetworkCase:
     """Parse a case folder; errors name ``solutions.yaml`` and the key."""
     case = Path(path)
     sol_file = case / "solutions.yaml"
-    try:
-        solutions = yaml.safe_load(sol_file.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise PetabSciMLError(f"cannot read solutions: {exc}", file=sol_file) from None
+    solutions = _read_solutions(sol_file) or {}
     if "net_file" not in solutions:
         raise PetabSciMLError("missing key net_file (not an ML-import case)", file=sol_file)
     outputs = _files(case, solutions, "net_output")
@@ -154,10 +151,25 @@ def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return _discover(paths, _is_network_case)
 
 
+def _read_solutions(path: Path) -> Any:
+    """A case's ``solutions.yaml``, read within the YAML budgets (a suite folder may
+    come from someone else)."""
+    from petab_sciml.safe_read import load_yaml, read_text
+
+    try:
+        return load_yaml(read_text(path, what="a test case's solutions (YAML)",
+                                   limit="max_yaml_bytes"), file=path)
+    except yaml.YAMLError as exc:
+        raise PetabSciMLError(f"cannot read solutions: {exc}", file=path) from None
+    except PetabSciMLError as exc:
+        raise PetabSciMLError(f"cannot read solutions: {exc.message}", file=path,
+                              entry=exc.entry) from None
+
+
 def _is_network_case(folder: Path) -> bool:
     try:
-        data = yaml.safe_load((folder / "solutions.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        data = _read_solutions(folder / "solutions.yaml")
+    except PetabSciMLError:
         return True  # let load_case report it
     return isinstance(data, dict) and "net_file" in data
 
@@ -384,8 +396,8 @@ def _is_problem_case(folder: Path) -> bool:
     if not (folder / "petab" / "problem.yaml").is_file():
         return False
     try:
-        data = yaml.safe_load((folder / "solutions.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        data = _read_solutions(folder / "solutions.yaml")
+    except PetabSciMLError:
         return True
     keys = ("llh", "log_posterior", "grad_files", "simulation_files", "parameter_files")
     return isinstance(data, dict) and any(k in data for k in keys)
@@ -399,10 +411,7 @@ def discover_problems(paths: Iterable[str | os.PathLike]) -> list[Path]:
 def load_problem_case(path: str | os.PathLike) -> ProblemCase:
     case = Path(path)
     sol_file = case / "solutions.yaml"
-    try:
-        solutions = yaml.safe_load(sol_file.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise PetabSciMLError(f"cannot read solutions: {exc}", file=sol_file) from None
+    solutions = _read_solutions(sol_file) or {}
     return ProblemCase(case, case / "petab" / "problem.yaml", solutions)
 
 
@@ -429,18 +438,23 @@ class ProblemResult:
 
 def _read_tsv(path: Path) -> list[dict[str, str]]:
     import csv
+    import io
 
-    with open(path, newline="") as fh:
-        return [dict(r) for r in csv.DictReader(fh, delimiter="\t")]
+    from petab_sciml.safe_read import read_text
+
+    text = read_text(path, what="a test case's table")
+    return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""), delimiter="\t")]
 
 
 def _h5_nested(path: Path, net: str) -> dict[str, dict[str, np.ndarray]]:
-    import h5py
-
-    with h5py.File(path, "r") as h5:
-        group = h5[f"parameters/{net}"]
-        return {lay: {arr: np.asarray(group[lay][arr][()]) for arr in group[lay]}
-                for lay in group}
+    """A reference file's parameters of ``net``, read as an array file (links and
+    external data refused, shapes within the budgets)."""
+    groups = read_array_file(path, require_pytorch_format=False).parameters
+    if net not in groups:
+        raise PetabSciMLError(f"no parameters of network {net!r}", file=path,
+                              entry=f"parameters/{net}")
+    return {lay: {arr: lazy.read() for arr, lazy in arrays.items()}
+            for lay, arrays in groups[net].items()}
 
 
 def evaluate_problem_case(case: ProblemCase, backend_name: str, **options: Any):

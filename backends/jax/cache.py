@@ -10,10 +10,12 @@ tracing is most of the first-call time).
   YAML and the content of every file *and folder* it names, e.g. an NNEF model folder),
   the options, the array shapes, and the versions of Python, JAX and of this package's
   simulation code.  Any edit that can change the computation changes the key.
-* **Integrity**: each entry starts with a header holding its key, its size and the
-  SHA-256 of its content.  An entry is used only if all three match (a flipped byte, a
+* **Integrity** (:mod:`.cache_entry`): each entry starts with a header holding its key,
+  its size and the SHA-256 of its content.  An entry is used only if it is this user's
+  own (not owned or writable by another user), all three match (a flipped byte, a
   truncated file, or an entry copied from another problem's cache is rejected before
-  deserializing), and a loaded computation that fails on its first call is dropped.
+  deserializing), and the computation takes the objective's arguments (checked before
+  compiling); a loaded computation that fails on its first call is dropped.
 * **Faults never stop a run**: a rejected entry, an unusable cache folder (a file, no
   permission, a full disk) or a failed export falls back to tracing and compiling in
   this process, with one warning per fault (per entry or folder and kind of fault).
@@ -32,17 +34,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from .cache_entry import MAGIC, check_private, check_signature, pack_entry, unpack_entry
+
 ENV_DIR = "PETAB_SCIML_CACHE_DIR"
 ENV_SWITCH = "PETAB_SCIML_CACHE"
 ENV_XLA = "PETAB_SCIML_XLA_CACHE"
-MAGIC = b"PETAB-SCIML-EXPORT 1\n"
+
+__all__ = ["MAGIC", "ExportCache", "cache_enabled", "default_cache_dir", "pack_entry",
+           "unpack_entry"]
 
 _WARNED: set[tuple[str, str]] = set()
 
@@ -189,33 +194,6 @@ def _jit_exported(exported: Any, executor: Any) -> Any:
                    compiler_options=options)
 
 
-def pack_entry(key: str, blob: bytes) -> bytes:
-    """A cache entry: header (key, size, SHA-256 of ``blob``) and ``blob``."""
-    header = {"key": key, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + blob
-
-
-def unpack_entry(data: bytes, key: str) -> bytes:
-    """The content of an entry written by :func:`pack_entry` for ``key``; raises
-    ``ValueError`` saying why an entry is not usable."""
-    if not data.startswith(MAGIC):
-        raise ValueError("not a petab-sciml cache entry (no header)")
-    header_line, sep, blob = data[len(MAGIC):].partition(b"\n")
-    if not sep:
-        raise ValueError("truncated header")
-    try:
-        header = json.loads(header_line)
-    except ValueError:
-        raise ValueError("damaged header") from None
-    if not isinstance(header, dict) or header.get("key") != key:
-        raise ValueError("the entry belongs to another computation (key mismatch)")
-    if header.get("size") != len(blob):
-        raise ValueError(f"size {len(blob)} differs from the recorded {header.get('size')}")
-    if header.get("sha256") != hashlib.sha256(blob).hexdigest():
-        raise ValueError("content hash mismatch (damaged or altered)")
-    return blob
-
-
 class ExportCache:
     """Wraps jitted objective functions so that they are exported once and reused."""
 
@@ -278,6 +256,8 @@ class ExportCache:
         if data is not None:
             try:
                 exported = export.deserialize(bytearray(unpack_entry(data, key)))
+                check_signature(exported, args, max(1, len(getattr(executor, "devices", ())
+                                                          or ())))
                 self.events.append("loaded")
                 return _jit_exported(exported, executor), path
             except Exception as exc:  # noqa: BLE001 - a stale, damaged or foreign file
@@ -300,13 +280,19 @@ class ExportCache:
         from petab_sciml.errors import PetabSciMLError
         from petab_sciml.safe_read import read_bytes
 
+        from .cache_entry import EntryRefused
+
         if not os.path.lexists(path):
             return None
         try:
-            return read_bytes(path, what="a cache entry", limit="max_file_bytes")
+            return read_bytes(path, what="a cache entry", limit="max_file_bytes",
+                              check_stat=check_private)
         except PetabSciMLError as exc:
             _warn_once("read", self.exports, f"cannot read {path}: {exc.message}")
-            return None
+        except EntryRefused as exc:
+            _warn_once("read", path, f"ignoring {path}: {exc}")
+            self.events.append("rejected")
+        return None
 
     def _write(self, path: Path, data: bytes) -> None:
         from petab_sciml.errors import PetabSciMLError
@@ -314,7 +300,7 @@ class ExportCache:
 
         try:
             self.exports.mkdir(parents=True, exist_ok=True)
-            write_bytes(path, data, overwrite=True)
+            write_bytes(path, data, overwrite=True, mode=0o600)   # private: see check_private
         except (OSError, PetabSciMLError) as exc:
             reason = getattr(exc, "message", None) or getattr(exc, "strerror", None) or exc
             _warn_once("write", self.exports, f"cannot store {path.name} in {self.exports} "

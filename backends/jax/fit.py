@@ -7,12 +7,12 @@ then the projection onto the bounds (``project``). Starts are independent: vmapp
 not mix them. A start whose loss is not finite ends there with the values of the step
 before (``stopped_at``); it stays in the batch without updates. Checkpoints (one
 ``.npz`` per start: the model's leaves, the optimizer state's leaves, the step, the loss
-trace) are written every ``checkpoint_every`` steps, when stopped and at the end.
+trace; :mod:`.checkpoint`) are written every ``checkpoint_every`` steps, when stopped and
+at the end, and checked before a resumed task trains.
 """
 
 from __future__ import annotations
 
-import io
 import time
 from typing import Any
 
@@ -25,11 +25,11 @@ from petab_sciml.fit.task import (
     FitTask,
     Hooks,
     StartResult,
-    checkpoint_path,
     dropout_seed,
     load_cached,
 )
 
+from .checkpoint import restore, save
 from .problem import from_vector, loss, parameters, project, stack
 
 _STEPS: dict[tuple, Any] = {}
@@ -86,25 +86,42 @@ def _where(ok, a, b):
     return eqx.combine(chosen, eqx.filter(a, eqx.is_array, inverse=True))
 
 
-def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]:
-    hooks = hooks or Hooks()
+def _initial(task: FitTask) -> tuple:
+    """(spec, compiled functions, start state) of ``task``: its starts at their start
+    vectors, or restored from their checkpoints when resuming."""
     problem = load_cached(task.problem, "jax", task.trust_code)
     base = problem.model(**task.options)
     spec = base.spec
     train = any(spec.dropout.values())
-    step, final, init = _compiled(task, spec, train)
+    compiled = _compiled(task, spec, train)
     batch = stack([from_vector(spec, w) for w in task.w0])
-    states = init(batch)
+    states = compiled[2](batch)
     previous = batch
     n = len(task.starts)
     active = jnp.ones(n, bool)
-    rngs = jnp.stack([jax.random.PRNGKey(dropout_seed(task.seed, k)) for k in task.starts])
     traces: list[list[float]] = [[] for _ in task.starts]
     stopped = np.zeros(n, np.int64)
-    done = 0
+    carry = (batch, previous, states, active, 0, traces, stopped)
     if task.resume:
-        batch, previous, states, active, done, traces, stopped = _restore(
-            task, batch, previous, states, active, traces, stopped)
+        carry = restore(task, spec.plan.fingerprint, batch, previous, states, active,
+                        traces, stopped)
+    return spec, compiled, carry
+
+
+def check_resume(task: FitTask) -> None:
+    """Check the checkpoints a resumed ``task`` would continue from, so that a bad one
+    stops the fit before any start trains; raises
+    :class:`~petab_sciml.fit.artifacts.ArtifactError`."""
+    if task.resume:
+        _initial(task)
+
+
+def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]:
+    hooks = hooks or Hooks()
+    spec, (step, final, _), carry = _initial(task)
+    fingerprint = spec.plan.fingerprint
+    batch, previous, states, active, done, traces, stopped = carry
+    rngs = jnp.stack([jax.random.PRNGKey(dropout_seed(task.seed, k)) for k in task.starts])
     t0 = time.perf_counter()
     interrupted = False
     carry = (batch, previous, states, active, done, traces, stopped)
@@ -128,11 +145,11 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
             carry = (batch, previous, states, active, done, traces, stopped)
             hooks.report(task.starts, done, values)
             if task.checkpoint_every and done % task.checkpoint_every == 0:
-                _save(task, *carry)
+                save(task, fingerprint, *carry)
     except KeyboardInterrupt:
-        _save(task, *carry)
+        save(task, fingerprint, *carry)
         raise
-    _save(task, *carry)
+    save(task, fingerprint, *carry)
     seconds = time.perf_counter() - t0
     values, aux = final(batch)
     out = []
@@ -150,60 +167,3 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
 def _named_leaves(tree: Any) -> dict[str, np.ndarray]:
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
-
-
-def _save(task: FitTask, batch, previous, states, active, done: int, traces,
-          stopped) -> None:
-    from petab_sciml.safe_write import write_bytes
-
-    for i, start in enumerate(task.starts):
-        path = checkpoint_path(task, start, ".npz")
-        if path is None:
-            return
-        pick = lambda x, i=i: np.asarray(x[i])  # noqa: E731
-        arrays = {f"m{j}": pick(x) for j, x in enumerate(_leaves(batch))}
-        arrays |= {f"p{j}": pick(x) for j, x in enumerate(_leaves(previous))}
-        arrays |= {f"s{j}": pick(x) for j, x in enumerate(jax.tree_util.tree_leaves(states))}
-        arrays["step"] = np.asarray(done)
-        arrays["active"] = pick(active)
-        arrays["stopped"] = np.asarray(stopped[i])
-        arrays["trace"] = np.asarray(traces[i], np.float64)
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes(path, buffer.getvalue(), overwrite=True)
-
-
-def _leaves(model) -> list:
-    return jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array))
-
-
-def _restack(model, loaded: list[dict], prefix: str):
-    arrays, treedef = jax.tree_util.tree_flatten(eqx.filter(model, eqx.is_array))
-    leaves = [jnp.stack([d[f"{prefix}{j}"] for d in loaded]) for j in range(len(arrays))]
-    return eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves),
-                       eqx.filter(model, eqx.is_array, inverse=True))
-
-
-def _restore(task: FitTask, batch, previous, states, active, traces, stopped):
-    """Starts from their checkpoints: every start of a task must be at the same step."""
-    loaded = []
-    for start in task.starts:
-        path = checkpoint_path(task, start, ".npz")
-        if path is None or not path.is_file():
-            return batch, previous, states, active, 0, traces, stopped
-        with np.load(path) as z:
-            loaded.append({k: z[k] for k in z.files})
-    steps = {int(d["step"]) for d in loaded}
-    if len(steps) != 1:
-        raise ValueError(f"starts {task.starts} were checkpointed at different steps "
-                         f"{sorted(steps)}: resume them in separate tasks")
-    batch = _restack(batch, loaded, "m")
-    previous = _restack(previous, loaded, "p")
-    s_leaves, s_def = jax.tree_util.tree_flatten(states)
-    states = jax.tree_util.tree_unflatten(
-        s_def, [jnp.stack([d[f"s{j}"] for d in loaded]) for j in range(len(s_leaves))])
-    active = jnp.asarray([bool(d["active"]) for d in loaded])
-    stopped = np.asarray([int(d["stopped"]) for d in loaded], np.int64)
-    traces = [list(d["trace"]) for d in loaded]
-    return batch, previous, states, active, steps.pop(), traces, stopped

@@ -43,6 +43,13 @@ class TorchBackend:
 
         return train_starts(task, hooks)
 
+    def check_resume(self, task: Any) -> None:
+        """Check the checkpoints a resumed fit task continues from, before any trains."""
+        require("torch", "torch")
+        from petab_sciml.backends.torch.fit import check_resume
+
+        check_resume(task)
+
     def parameters_of(self, model: Any) -> dict[str, Any]:
         """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
         return model.values()

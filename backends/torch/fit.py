@@ -6,19 +6,21 @@ Each step: ``zero_grad``, ``loss = module()`` (training mode: the dropout column
 the start's own ``torch.Generator``), ``backward``, ``step``, ``project_``. A start
 whose loss is not finite ends there with the values of the step before (``stopped_at``).
 Checkpoints (one ``.pt`` per start: module and optimizer state dicts, generator state,
-step, loss trace) are written every ``checkpoint_every`` steps, when stopped and at the
-end.
+step, loss trace; :mod:`.checkpoint`) are written every ``checkpoint_every`` steps, when
+stopped and at the end; a resumed task checks every start's checkpoint before it trains
+any (:func:`check_resume`).
 """
 
 from __future__ import annotations
 
-import io
+import os
 import time
 from typing import Any
 
 import numpy as np
 import torch
 
+from petab_sciml.fit.artifacts import checkpoint_identity
 from petab_sciml.fit.task import (
     FitTask,
     Hooks,
@@ -27,6 +29,8 @@ from petab_sciml.fit.task import (
     dropout_seed,
     load_cached,
 )
+
+from .checkpoint import load_checkpoint, save_checkpoint
 
 _MODULES: dict[tuple, Any] = {}
 
@@ -53,34 +57,49 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        check_resume(task)
         return [_train_one(task, i, hooks) for i in range(len(task.starts))]
     finally:
         torch.set_num_threads(threads)
 
 
-def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
+def check_resume(task: FitTask) -> None:
+    """Check every checkpoint a resumed ``task`` would continue from (restoring each
+    into a scratch optimizer), so that a bad one stops the fit before any start
+    trains; raises :class:`~petab_sciml.fit.artifacts.ArtifactError`."""
+    if not task.resume:
+        return
+    for i in range(len(task.starts)):
+        _start_state(task, i)
+
+
+def _start_state(task: FitTask, i: int) -> tuple:
+    """(module, optimizer, trainable parameters, their previous values, step, trace,
+    stopped_at) of start ``i`` of ``task``: at its start vector, or restored from its
+    checkpoint when resuming."""
     module = _module(task)
-    plan = module.plan
     start = task.starts[i]
     _load_vector(module, task.w0[i])
     module.train()
     module.generator = torch.Generator().manual_seed(dropout_seed(task.seed, start))
-    opt = optimizer(task.optimizer, [p for p in module.parameters() if p.requires_grad],
-                    task.lr)
-    trace: list[float] = []
-    done = stopped_at = 0
     params = [p for p in module.parameters() if p.requires_grad]
+    opt = optimizer(task.optimizer, params, task.lr)
     previous = [p.detach().clone() for p in params]
     path = checkpoint_path(task, start, ".pt")
-    if task.resume and path is not None and path.is_file():
-        saved = torch.load(path, weights_only=False)
-        module.load_state_dict(saved["module"])
-        opt.load_state_dict(saved["optimizer"])
-        module.generator.set_state(saved["generator"])
-        done, trace = int(saved["step"]), list(saved["trace"])
-        stopped_at = int(saved["stopped_at"])
-        for q, v in zip(previous, saved["previous"]):
-            q.copy_(v)
+    if task.resume and path is not None and os.path.lexists(path):
+        identity = checkpoint_identity(task, start, module.plan.fingerprint)
+        restored = load_checkpoint(path, identity, module, opt, previous)
+        return (module, opt, params, previous, restored.step, restored.trace,
+                restored.stopped_at)
+    return module, opt, params, previous, 0, [], 0
+
+
+def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
+    start = task.starts[i]
+    module, opt, params, previous, done, trace, stopped_at = _start_state(task, i)
+    plan = module.plan
+    path = checkpoint_path(task, start, ".pt")
+    identity = checkpoint_identity(task, start, plan.fingerprint)
     t0 = time.perf_counter()
     interrupted = False
     try:
@@ -109,11 +128,11 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
             module.project_()
             hooks.report([start], done, np.array([trace[-1]]))
             if task.checkpoint_every and done % task.checkpoint_every == 0:
-                _save(path, module, opt, done, trace, stopped_at, previous)
+                _save(path, identity, module, opt, done, trace, stopped_at, previous)
     except KeyboardInterrupt:
-        _save(path, module, opt, done, trace, stopped_at, previous)
+        _save(path, identity, module, opt, done, trace, stopped_at, previous)
         raise
-    _save(path, module, opt, done, trace, stopped_at, previous)
+    _save(path, identity, module, opt, done, trace, stopped_at, previous)
     seconds = time.perf_counter() - t0
     module.eval()
     with torch.no_grad():
@@ -139,15 +158,7 @@ def _load_vector(module, w: np.ndarray) -> None:
                     w[s.offset: s.offset + s.size].reshape(s.shape)))
 
 
-def _save(path, module, opt, done: int, trace: list[float], stopped_at: int,
+def _save(path, identity, module, opt, done: int, trace: list[float], stopped_at: int,
           previous: list[torch.Tensor]) -> None:
-    if path is None:
-        return
-    from petab_sciml.safe_write import write_bytes
-
-    buffer = io.BytesIO()
-    torch.save({"module": module.state_dict(), "optimizer": opt.state_dict(),
-                "generator": module.generator.get_state(), "step": done,
-                "trace": trace, "stopped_at": stopped_at, "previous": previous}, buffer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(path, buffer.getvalue(), overwrite=True)
+    if path is not None:
+        save_checkpoint(path, identity, module, opt, done, trace, stopped_at, previous)

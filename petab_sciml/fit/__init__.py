@@ -97,6 +97,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                      trust_code, run_id)
              for a in range(0, starts, batch)]
 
+    _check_resume(backend, tasks)
+    _write_record(out, settings)
     display = _Progress(starts, steps, console, enabled=progress)
     local = in_process or starts == 1
     t0 = time.perf_counter()
@@ -134,28 +136,56 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
         if resume:
             raise FitError("resume needs the output folder of the interrupted fit")
         return None
+    from petab_sciml.fit.artifacts import START_OVER, check_fit_folder, read_fit_record
+
     record = out / "fit.json"
     if resume:
-        if not record.is_file():
+        if out.is_dir():
+            check_fit_folder(out, force=False)
+        if not os.path.lexists(record):
             raise FitError(f"nothing to resume: {record} does not exist", file=record)
-        saved = json.loads(record.read_text())
+        saved = read_fit_record(record)
         diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
         if diff:
             raise FitError("resume with the settings of the interrupted fit; these differ: "
-                           + ", ".join(f"{k} ({saved.get(k)!r} there, {settings[k]!r} now)"
-                                       for k in diff), file=record)
+                           + ", ".join(f"{k} ({_shown(saved.get(k))} there, "
+                                       f"{_shown(settings[k])} now)" for k in diff)
+                           + f"; {START_OVER}", file=record)
     elif out.exists() and any(out.iterdir()) and not force:
         raise FitError(f"{out} is not empty; pass --force (force=True) to replace its fit, "
                        "or --resume to continue it", file=out)
+    elif out.is_dir():
+        check_fit_folder(out, force=True)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         import shutil
 
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    from petab_sciml.safe_write import write_text
-
-    write_text(record, json.dumps(settings, indent=2) + "\n", overwrite=True)
     return out / "checkpoints"
+
+
+def _write_record(out: Path | None, settings: dict) -> None:
+    """``fit.json``: the settings (written once a resumed fit's checkpoints passed)."""
+    if out is not None:
+        from petab_sciml.safe_write import write_text
+
+        write_text(out / "fit.json", json.dumps(settings, indent=2) + "\n", overwrite=True)
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short (a value read from a file may be long)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_resume(backend: str, tasks: list[FitTask]) -> None:
+    """Every checkpoint resumed tasks continue from, checked before any task trains."""
+    from petab_sciml.plugins import get_backend
+
+    check = getattr(get_backend(backend), "check_resume", None)
+    for task in tasks if check is not None else ():
+        if task.resume:
+            check(task)
 
 
 def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,

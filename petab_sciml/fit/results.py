@@ -75,21 +75,12 @@ class FitResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FitResult:
-        import h5py
+        """Read ``results.h5``, as untrusted input (:mod:`.results_file`: only this
+        layout's entries, hard links of the file, numeric and within the budgets);
+        raises :class:`~petab_sciml.fit.artifacts.ArtifactError` naming the entry."""
+        from petab_sciml.fit.results_file import read_results
 
-        with h5py.File(path, "r") as h5:
-            settings = {k: (v.item() if hasattr(v, "item") else v) for k, v in h5.attrs.items()
-                        if k not in ("best", "parameter_ids")}
-            ids = tuple(str(x) for x in h5.attrs["parameter_ids"] if str(x))
-            starts = []
-            for key in h5["starts"]:
-                g = h5["starts"][key]
-                starts.append(StartResult(
-                    int(key), g["trace"][()], float(g["objective"][()]), g["w"][()],
-                    g["mech"][()], {k.replace("|", "/"): g["optimizer"][k][()]
-                                    for k in g["optimizer"]},
-                    bool(g.attrs["ok"]), int(g.attrs["steps"]), float(g.attrs["seconds"]),
-                    bool(g.attrs["interrupted"]), int(g.attrs.get("stopped_at", 0))))
+        settings, ids, starts = read_results(Path(path))
         return cls(sorted(starts, key=lambda r: r.start), settings, ids, Path(path).parent)
 
 

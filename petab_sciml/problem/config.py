@@ -89,7 +89,8 @@ def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
         issues.add(exc.code, exc.message, file=file, path=exc.entry)
         return None
     except InputFileError as exc:
-        code = exc.code if exc.code == "FILE_NOT_REGULAR" else "YAML_UNREADABLE"
+        code = exc.code if exc.code in ("FILE_NOT_REGULAR", "FILE_OUTSIDE_CONFINED") \
+            else "YAML_UNREADABLE"
         issues.add(code, f"problem {exc.message}", file=str(path))
         return None
     except yaml.YAMLError as exc:

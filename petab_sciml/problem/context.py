@@ -70,8 +70,8 @@ class ProblemContext:
     mapping: dict[str, Mapped] = field(default_factory=dict)
     huge_formulas: set[str] = field(default_factory=set)
     """Tables (file names) with a formula that does not parse or holds a constant too
-    large for exact arithmetic; libpetab's second opinion skips them (sympy would take
-    hours on ``9^9^9`` or ``1e999999``)."""
+    large for exact arithmetic; libpetab's second opinion skips them (sympy's exact
+    arithmetic on ``9^9^9`` or ``1e999999`` has no practical end)."""
 
     # ------------------------------------------------------------------ helpers
     def rows(self, kind: str):
@@ -116,11 +116,12 @@ def _read_tables(ctx: ProblemContext) -> None:
             key = "hybridization_files" if kind == "hybridization" else f"{kind}_files"
             yaml_path = f"{cfg.extension_path}.{key}" if kind == "hybridization" else key
             target = cfg.resolve(name)
+            if not check_inside(ctx, name, yaml_path):
+                continue
             if not target.exists():
                 ctx.issues.add("FILE_NOT_FOUND", f"{kind} table {name!r} not found",
                                file=cfg.path.name, path=yaml_path)
                 continue
-            check_inside(ctx, name, yaml_path)
             try:
                 table = read_table(target, kind, name)
             except TableError as exc:
@@ -135,23 +136,28 @@ def _read_tables(ctx: ProblemContext) -> None:
             ctx.tables.setdefault(kind, []).append(table)
 
 
-def check_inside(ctx: ProblemContext, name: str, yaml_path: str) -> None:
-    """Warn when the file ``name`` (as the problem YAML writes it) lies outside the
-    problem's folder (``../x``, an absolute path, or a symlink leading out)."""
+def check_inside(ctx: ProblemContext, name: str, yaml_path: str) -> bool:
+    """Whether the file ``name`` (as the problem YAML writes it, at ``yaml_path``) may be
+    read.  One outside the problem's folder (``../x``, an absolute path, or a symlink
+    leading out) is an error and is not read under ``--confine`` (checked before
+    anything, its existence included, is looked at); otherwise an existing one gets a
+    warning and is read."""
+    from petab_sciml.confine import confinement_root, outside_of, real_path, refusal
+
     cfg = ctx.config
-    base = _resolved(cfg.base)
-    target = _resolved(cfg.resolve(name))
-    if not target.is_relative_to(base):
+    target = outside_of(cfg.resolve(name), cfg.base)
+    if target is None:
+        return True
+    root = confinement_root()
+    if root is not None:
+        ctx.issues.add("FILE_OUTSIDE_CONFINED", f"{name!r} " + refusal(cfg.resolve(name),
+                       target, root), file=cfg.path.name, path=yaml_path)
+        return False
+    if cfg.resolve(name).exists():
         ctx.issues.add("FILE_OUTSIDE_PROBLEM", f"{name!r} resolves to {str(target)!r}, outside "
-                       f"the problem folder {str(base)!r}; the problem reads files elsewhere",
-                       file=cfg.path.name, path=yaml_path)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path.absolute()
+                       f"the problem folder {str(real_path(cfg.base))!r}; the problem reads "
+                       "files elsewhere", file=cfg.path.name, path=yaml_path)
+    return True
 
 
 def _read_model(ctx: ProblemContext) -> None:
@@ -165,11 +171,12 @@ def _read_model(ctx: ProblemContext) -> None:
     where = f"model_files.{model_id}"
     language = str(entry.get("language", "sbml")).lower()
     target = cfg.resolve(entry["location"])
+    if not check_inside(ctx, entry["location"], f"{where}.location"):
+        return
     if not target.exists():
         ctx.issues.add("FILE_NOT_FOUND", f"model file {entry['location']!r} not found",
                        file=cfg.path.name, path=f"{where}.location")
         return
-    check_inside(ctx, entry["location"], f"{where}.location")
     if language != "sbml":
         ctx.issues.add("MODEL_INVALID", f"model language {language!r} is not supported by "
                        "this validator (only sbml); model-dependent checks are skipped",
@@ -222,11 +229,12 @@ def _network_file_ok(ctx: ProblemContext, entry: Any, target: Path) -> bool:
     """The network file (or folder) exists, lies inside the problem folder (else an
     issue) and is a regular file if not a folder."""
     cfg = ctx.config
+    if not check_inside(ctx, entry.location, f"{entry.yaml_path}.location"):
+        return False
     if not target.exists():
         ctx.issues.add("FILE_NOT_FOUND", f"network file {entry.location!r} not found",
                        file=cfg.path.name, path=f"{entry.yaml_path}.location")
         return False
-    check_inside(ctx, entry.location, f"{entry.yaml_path}.location")
     if not target.is_dir():
         from petab_sciml.errors import InputFileError
         from petab_sciml.safe_read import check_regular_file
@@ -323,11 +331,12 @@ def _read_arrays(ctx: ProblemContext) -> None:
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
             continue
         seen_files[target.resolve()] = name
+        if not check_inside(ctx, name, f"{cfg.extension_path}.array_files"):
+            continue
         if not target.exists():
             ctx.issues.add("FILE_NOT_FOUND", f"array file {name!r} not found",
                            file=cfg.path.name, path=f"{cfg.extension_path}.array_files")
             continue
-        check_inside(ctx, name, f"{cfg.extension_path}.array_files")
         try:
             data = read_array_file(target)
         except PetabSciMLError as exc:

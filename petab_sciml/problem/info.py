@@ -17,8 +17,9 @@ def _num(x: float | None) -> Any:
     return x
 
 
-def problem_info(path: str | Path, *, trust_code: bool = False) -> dict[str, Any]:
-    report = validate_problem(path, trust_code=trust_code)
+def problem_info(path: str | Path, *, trust_code: bool = False, confine: bool = False
+                 ) -> dict[str, Any]:
+    report = validate_problem(path, trust_code=trust_code, confine=confine)
     return info_from_report(report)
 
 

@@ -58,6 +58,10 @@ _RULE_LIST = [
     Rule("FILE_OUTSIDE_PROBLEM", _W, "tool", "Files the problem names lie inside the "
          "problem's folder (a path that leaves it, `../x` or absolute, makes the problem "
          "read files elsewhere)."),
+    Rule("FILE_OUTSIDE_CONFINED", _E, "tool", "With `--confine` (`confine=True`), every file "
+         "the problem names, and every file read through it (the members of an NNEF "
+         "folder), lies inside the problem's folder once symlinks are resolved; a file "
+         "outside is refused before it is opened."),
     Rule("EXT_MISSING", _E, "sciml", "The problem has a SciML extension section "
          "(`extensions.sciml` or `extensions.petab_sciml`)."),
     Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension has a non-empty "

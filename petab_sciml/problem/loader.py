@@ -148,7 +148,8 @@ class Problem:
 
 
 def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str = "float64",
-                 trust_code: bool = False, seed: int = 0, simulation: bool = True) -> Problem:
+                 trust_code: bool = False, seed: int = 0, simulation: bool = True,
+                 confine: bool = False) -> Problem:
     """Validate and load the problem at ``path`` (its YAML file), or a
     ``petab.v2.Problem`` read by libpetab-python (>= 0.10).
 
@@ -170,13 +171,16 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     (``UnsupportedSbmlError`` naming the element), never during a simulation; validation
     runs the same, so ``petab-sciml validate`` reports it too.  Without ``simulation``
     those errors do not stop loading the networks.
+
+    With ``confine`` no file outside the problem's folder is opened (symlinks resolved):
+    each is a validation error ``FILE_OUTSIDE_CONFINED`` (see ``docs/security.md``).
     """
     from petab_sciml.plugins import get_backend
 
     folder = None
     if not isinstance(path, (str, Path)):
-        folder, path = _write_libpetab_problem(path)
-    report = validate_problem(path, trust_code=trust_code, read_values=True)
+        folder, path = _write_libpetab_problem(path, confine)
+    report = validate_problem(path, trust_code=trust_code, read_values=True, confine=confine)
     if report.plan_error is not None:
         # the checks that building the simulation plan makes: the only error (they run on
         # an otherwise valid problem); raise what the plan builder raised, as it names
@@ -224,10 +228,14 @@ def load_problem(path: str | Path | Any, backend: str = "torch", *, dtype: str =
     return problem
 
 
-def _write_libpetab_problem(problem: Any) -> tuple[str, Path]:
-    """Write a ``petab.v2.Problem`` to a new temporary folder; return (folder, YAML)."""
+def _write_libpetab_problem(problem: Any, confine: bool = False) -> tuple[str, Path]:
+    """Write a ``petab.v2.Problem`` to a new temporary folder; return (folder, YAML).
+    Files are never copied to outside that folder, nor (with ``confine``) from outside
+    the folder the problem was read from."""
     import shutil
     import tempfile
+
+    from petab_sciml.confine import outside_of
 
     config = getattr(problem, "config", None)
     if not hasattr(problem, "to_files") or config is None:
@@ -248,6 +256,9 @@ def _write_libpetab_problem(problem: Any) -> tuple[str, Path]:
                   .values()]
         names += [str(n) for n in getattr(ext, "hybridization_files", []) or []]
         for name in names:
+            if outside_of(out / name, out) is not None or (
+                    confine and source is not None and outside_of(source / name, source)):
+                continue
             if not (out / name).exists() and source is not None and (source / name).exists():
                 (out / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source / name, out / name)

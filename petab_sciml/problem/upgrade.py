@@ -101,10 +101,14 @@ def upgrade_problem(source: str | Path, destination: str | Path, *,
     files of the same names (unless ``force``) or is the source folder.
     """
     src = Path(source)
+    from petab_sciml.safe_read import load_yaml, read_text
+
     try:
-        raw = yaml.safe_load(src.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UpgradeError(f"cannot read the problem YAML: {exc}", file=src) from None
+        raw = load_yaml(read_text(src, what="a problem YAML file", limit="max_yaml_bytes"),
+                        file=src)
+    except (PetabSciMLError, yaml.YAMLError) as exc:
+        raise UpgradeError(f"cannot read the problem YAML: {getattr(exc, 'message', exc)}",
+                           file=src, entry=getattr(exc, "entry", None)) from None
     if not isinstance(raw, dict):
         raise UpgradeError("expected a mapping at the top level", file=src)
     job = _Upgrade(src, raw)

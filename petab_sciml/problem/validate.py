@@ -56,7 +56,7 @@ class ValidationReport:
 
 
 def validate_problem(path: str | Path, *, trust_code: bool = False, read_values: bool = False,
-                     libpetab: bool = False) -> ValidationReport:
+                     libpetab: bool = False, confine: bool = False) -> ValidationReport:
     """Validate the problem at ``path`` (its YAML file).
 
     With ``read_values`` the network parameter values are read and resolved too (what the
@@ -65,8 +65,17 @@ def validate_problem(path: str | Path, *, trust_code: bool = False, read_values:
     our own checks (the simulation plan included) found no error, and its findings are
     added as ``LIBPETAB`` warnings: a second opinion that never decides validity (its
     import and checks cost far more than ours; ``docs/validation.md``).
+
+    With ``confine`` no file outside the problem YAML's folder is opened (symlinks
+    resolved; :mod:`petab_sciml.confine`): each is an error ``FILE_OUTSIDE_CONFINED``.
     """
     path = Path(path)
+    if confine:
+        from petab_sciml.confine import confined
+
+        with confined(path.parent):
+            return validate_problem(path, trust_code=trust_code, read_values=read_values,
+                                    libpetab=libpetab)
     issues = IssueList()
     report = ValidationReport(path, issues)
     try:
@@ -123,7 +132,7 @@ def _cross(report: ValidationReport, read_values: bool) -> None:
 def _libpetab(report: ValidationReport, read_values: bool) -> None:
     """The second opinion, on problems our own checks accept (on others it would only
     repeat what we found, at a far higher cost) and whose formulas libpetab's sympy can
-    handle (constants too large for exact arithmetic could take it hours)."""
+    handle (not constants too large for exact arithmetic)."""
     from petab_sciml.problem.libpetab_lint import lint_with_libpetab
 
     ctx = report.context
