@@ -19,8 +19,10 @@ arrays), so new values never retrace; only shapes are static.  The pieces:
 ``sensitivity_parameters.py``   the parameters ``p`` of ``S = dx/dp``
 ``lanes.py``                    batches of starts solved as one system
 ``steady_state.py``             the event of periods run to steady state
+``stage_sums.py``               diffrax's stage sums in a batch-independent order
 ``measurements.py``             observables, noise, likelihood and prior
 ``devices.py``                  batches split over several devices
+``cache.py``                    the traced objective kept across processes
 ==============================  ======================================================
 
 Gradients (``sensitivity``):
