@@ -163,7 +163,7 @@ def jax_products(widths, batches, rounds: int) -> list[dict]:
 
     from petab_sciml.backends.jax import ops
     from petab_sciml.backends.jax.model import check_dtype
-    from petab_sciml.backends.jax.simulation import LARGE_COMPILER_OPTIONS
+    from petab_sciml.backends.jax.xla_options import LARGE_COMPILER_OPTIONS
 
     check_dtype("float64")
     forms = {

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("restore_x64")
 
 
 def test_batched_default_checkpoints_change_no_bit(tmp_path):
-    from petab_sciml.backends.jax.simulation import BATCHED_CHECKPOINTS
+    from petab_sciml.backends.jax.options import BATCHED_CHECKPOINTS
     from petab_sciml.problem import load_problem
     from tests.problems.scaled_lv import write_scaled_lv
 

@@ -90,7 +90,7 @@ def test_symbol_inputs_read_as_the_compiled_formulas():
     import jax.numpy as jnp
     import sympy
 
-    from petab_sciml.backends.jax.simulation import _symbol_picker
+    from petab_sciml.backends.jax.networks import symbol_picker as _symbol_picker
     from petab_sciml.expressions import compile_expressions
 
     groups = [("x1", "x2", "x3", "x4"), ("k1", "k2"), ("net1_out",)]
@@ -118,7 +118,7 @@ def test_batched_reverse_mode_compiler_options():
     """Reverse and adjoint modes of 1k-300k-parameter problems solved in batches use
     YNNPACK's products only; one experiment at a time, forward sensitivities, larger
     networks and small problems keep their options."""
-    from petab_sciml.backends.jax import simulation as js
+    from petab_sciml.backends.jax import xla_options as js
 
     large = js.supported_compiler_options(js.LARGE_COMPILER_OPTIONS)
     batched = js.supported_compiler_options(js.BATCHED_COMPILER_OPTIONS) or large
@@ -134,7 +134,8 @@ def test_batched_reverse_mode_compiler_options():
 def test_step_growth_limit_per_solver():
     """``dopri8`` grows its steps at most 6x per step (DOP853's default), other solvers
     by diffrax's 10x; an explicit ``factormax`` is kept."""
-    from petab_sciml.backends.jax.simulation import JaxOptions, step_controller
+    from petab_sciml.backends.jax.options import JaxOptions
+    from petab_sciml.backends.jax.solvers import step_controller
 
     assert step_controller(JaxOptions()).factormax == 6.0
     assert step_controller(JaxOptions(solver="tsit5")).factormax == 10.0

@@ -249,7 +249,7 @@ def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
     """From ``LARGE_NETWORK_PARAMETERS`` on, forward sensitivities keep ``p`` and ``S`` as
     pytrees; here forced on the 54-parameter example and compared with the single-matrix
     form (verified against the suite's references): same solve, summation order apart."""
-    from petab_sciml.backends.jax import simulation as jax_simulation
+    from petab_sciml.backends.jax import xla_options
     from petab_sciml.problem import load_problem
 
     def evaluate():
@@ -258,7 +258,7 @@ def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
         return sim.evaluate(grad=True)
 
     matrix = evaluate()
-    monkeypatch.setattr(jax_simulation, "LARGE_NETWORK_PARAMETERS", 0)
+    monkeypatch.setattr(xla_options, "LARGE_NETWORK_PARAMETERS", 0)
     tree = evaluate()
     assert matrix.ok and tree.ok
     np.testing.assert_allclose(tree.value, matrix.value, rtol=1e-9)

@@ -174,16 +174,16 @@ def test_jax_results_unchanged_by_large_network_paths(case_path, monkeypatch):
     a last-bit change anywhere in the right-hand side far above 1e-12 (YNNPACK's products
     moved case 038's gradient by 3e-7), so this fails on any change of arithmetic."""
     from petab_sciml.backends.jax import ops
-    from petab_sciml.backends.jax import simulation as jax_simulation
+    from petab_sciml.backends.jax import xla_options
     from petab_sciml.problem import load_problem
 
     _, _, ours = _evaluate(case_path, "jax")
     monkeypatch.setattr(ops, "linear", _previous_linear)
     monkeypatch.setattr(ops, "bilinear", _previous_bilinear)
-    monkeypatch.setattr(jax_simulation, "LARGE_NETWORK_PARAMETERS", 2**62)
+    monkeypatch.setattr(xla_options, "LARGE_NETWORK_PARAMETERS", 2**62)
     sim = load_problem(case_path / "petab" / "problem.yaml", backend="jax").simulator(
         cache=False)
-    sim.executor.compiler_options = jax_simulation.supported_compiler_options(
+    sim.executor.compiler_options = xla_options.supported_compiler_options(
         {"xla_cpu_use_fusion_emitters": False})
     before = sim.evaluate(grad=True)
     for name in ("value", "llh", "simulations", "grad_flat"):

@@ -31,9 +31,7 @@ def rounded_product(product):
 
     XLA's CPU code contracts ``a * b + c`` into one fused multiply-add (rounded once),
     and whether it does depends on the program: for one state alone some elements are
-    contracted, under ``vmap`` others (the mass-action part of the 5-state problem's
-    right-hand side differs in the last bit for 192 of 200 states,
-    ``benchmarks/five_state_batch_roundoff.py``), and no XLA option turns it off.  A
+    contracted, under ``vmap`` others, and no XLA option turns it off.  A
     select the compiler cannot see through, ``where(p != p, nan, p)`` (the same value,
     NaN included), makes the product a rounded value of its own in every program, so
     compiled formulas give the same bits alone and in a batch."""

@@ -1,14 +1,13 @@
-"""Batched experiments spread over several JAX devices (issue 17).
+"""Batched experiments spread over several JAX devices.
 
 XLA on a CPU runs one batched solve on one core: its products of a few hundred rows
 are too small to split over threads.  Given several devices (on a CPU: one per core,
 :func:`use_cpu_cores_by_default`), the executor splits a batch of experiments into
 equal shares, one per device, with ``jax.shard_map``: every device solves its share
 as one batched solve (``vmap``), with its own loops and no exchange between devices
-until the solves end; the gradient's sums over the shares are added at the end.  The 5-state
-problem at 100 experiments on the 2-core machine: 27.7 instead of 51.2 ms (objective +
-gradient), the Lotka-Volterra table 15 instead of 25 ms (``benchmarks/
-bench_five_state.py``, ``bench_experiments.py``; ``--cores 1``: one device).
+until the solves end; the gradient's sums over the shares are added at the end
+(``benchmarks/bench_five_state.py``, ``bench_experiments.py``; ``--cores 1``: one
+device).
 
 Every experiment is solved with the same numbers as in one batch (its solve does not
 depend on the other rows of its batch); the objective and gradient change only by the
@@ -35,9 +34,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 MIN_EXPERIMENTS_PER_DEVICE = 8
-"""A batch is split only when every device gets at least this many experiments.  The
-split costs a fixed synchronisation per call (the 5-state problem at 10 experiments on
-two devices: 7.7 against 7.2 ms unsplit; at 100: 27.7 against 51.2 ms)."""
+"""A batch is split only when every device gets at least this many experiments: the
+split costs a fixed synchronisation per call, which smaller shares do not repay."""
 
 _LOCK = threading.RLock()
 

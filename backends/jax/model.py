@@ -27,7 +27,8 @@ import numpy as np
 from petab_sciml.network import Network, Ref
 
 from .functions import FUNCTIONS
-from .layers import LayerModule, init_arrays, make_layer
+from .layer_base import LayerModule
+from .layers import init_arrays, make_layer
 
 Array = jax.Array
 Nested = dict[str, dict[str, Array]]

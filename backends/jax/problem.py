@@ -259,11 +259,6 @@ def stack(models: list[ProblemModel]) -> ProblemModel:
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *models)
 
 
-def unstack(models: ProblemModel) -> list[ProblemModel]:
-    n = models.mech.shape[0]
-    return [jax.tree_util.tree_map(lambda x, i=i: x[i], models) for i in range(n)]
-
-
 def parameters(model: ProblemModel) -> dict[str, Any]:
     """``{"mech": linear values, "nets": {net: {layer: {array: ndarray}}}}`` (numpy,
     float64): the exchange format of ``Simulator`` and ``Problem.save``.  Frozen entries

@@ -38,7 +38,7 @@ def _problem(kind: str, n: int, folder: Path):
 
 
 def measure(kind: str, n: int, repeats: int, **options) -> dict:
-    from petab_sciml.backends.jax.simulation import BATCHED_CHECKPOINTS
+    from petab_sciml.backends.jax.options import BATCHED_CHECKPOINTS
 
     with tempfile.TemporaryDirectory() as tmp:
         problem = _problem(kind, n, Path(tmp))

@@ -60,8 +60,8 @@ def network_bits(n: int = 200) -> None:
     case = load_problem_case(case_path())
     sim = load_problem(case.problem, backend="jax").simulator(cache=False)
     ex = sim.executor
-    params, buffers = ex._net_arrays(jnp.asarray(sim.plan.w0))[0]
-    forward = ex._forwards[0]
+    params, buffers = ex.networks.arrays(jnp.asarray(sim.plan.w0))[0]
+    forward = ex.networks.forwards[0]
 
     def net(a, b):
         return forward(params, (a, b), buffers)[0]
