@@ -20,7 +20,7 @@ that may have kinks (``TorchOptions.ordered_products``); compiled solves
 ``torch.nn.Linear``.
 
 Ordered products cost more than ``torch.nn.Linear``'s in eager PyTorch
-(``benchmarks/bench_ordered_products.py``).  Not taken: one ``torch.bmm`` per row
+(``benchmarks/investigations/torch_ordered_products.py``).  Not taken: one ``torch.bmm`` per row
 against the expanded weight (its invariance rests on the BLAS kernel for a 1-row
 product not depending on where the row lies in memory, which nothing promises), and
 that with a custom backward through one matrix product for the weight gradient (its
