@@ -173,8 +173,7 @@ def test_jax_results_unchanged_by_large_network_paths(case_path, monkeypatch):
     only ``xla_cpu_use_fusion_emitters=False``) against ours.  An adaptive solve amplifies
     a last-bit change anywhere in the right-hand side far above 1e-12 (YNNPACK's products
     moved case 038's gradient by 3e-7), so this fails on any change of arithmetic."""
-    from petab_sciml.backends.jax import ops
-    from petab_sciml.backends.jax import xla_options
+    from petab_sciml.backends.jax import ops, xla_options
     from petab_sciml.problem import load_problem
 
     _, _, ours = _evaluate(case_path, "jax")

@@ -55,9 +55,10 @@ class TorchOptions:
     eager and the right-hand side may have kinks (``SimulationPlan.rhs_smooth`` false:
     a ReLU network, a piecewise formula); there a last-bit difference can flip the step
     controller's decisions.  Smooth right-hand sides keep ``torch.nn.Linear``: ordered
-    products cost more in eager PyTorch (``benchmarks/investigations/torch_ordered_products.py``), and
-    without kinks batched and unbatched agree to far below the solver tolerance with
-    the library's products."""
+    products cost more in eager PyTorch
+    (``benchmarks/investigations/torch_ordered_products.py``), and without kinks
+    batched and unbatched agree to far below the solver tolerance with the library's
+    products."""
     batch_experiments: bool = True
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve
