@@ -188,7 +188,8 @@ class PlanBuilder:
     def _parameters(self) -> None:
         """``w``: the estimated mechanistic parameters, then every network array (slots
         appended to each network plan), with nominal values, bounds, priors and the
-        estimated entries."""
+        estimated entries.  Network arrays are handled whole (numpy), never entry by
+        entry: a network may have millions of parameters."""
         plain = self.data.plain_parameters
         mech = [pid for pid, p in plain.items() if p.estimate]
         self.mech_ids = tuple(mech)
@@ -199,26 +200,38 @@ class PlanBuilder:
         self.mech_lower = np.array(lower, np.float64)
         self.mech_upper = np.array(upper, np.float64)
         self.mech_scale = tuple(plain[p].scale for p in mech)
-        w0 = [_nominal(plain[p]) for p in mech]
-        free = list(range(len(mech)))
+        # One chunk per array (the mechanistic parameters first): concatenated once.
+        self.prior_table: list[Prior] = []
+        mech_priors = [self._prior_number(plain[p].prior) for p in mech]
+        chunks = _WChunks(np.array([_nominal(plain[p]) for p in mech], np.float64),
+                          np.arange(len(mech), dtype=np.int64), self.mech_lower,
+                          self.mech_upper, np.array(mech_priors, np.int64))
         offset = len(mech)
-        self.w_lower = list(lower)
-        self.w_upper = list(upper)
-        self.w_prior: list[Prior | None] = [plain[p].prior for p in mech]
         for net_id in self.net_ids:
-            offset = self._network_arrays(net_id, offset, w0, free)
+            offset = self._network_arrays(net_id, offset, chunks)
         self.n_w = offset
-        self.w0 = np.array(w0, np.float64)
-        self.free_index = np.array(free, np.int64)
+        self.w0 = np.concatenate(chunks.w0)
+        self.free_index = np.concatenate(chunks.free)
+        self.w_lower = np.concatenate(chunks.lower)
+        self.w_upper = np.concatenate(chunks.upper)
+        self.w_prior_index = np.concatenate(chunks.prior)
 
-    def _network_arrays(self, net_id: str, offset: int, w0: list[float],
-                        free: list[int]) -> int:
-        """Append network ``net_id``'s arrays to ``w`` from ``offset`` on (nominal values
-        to ``w0``, estimated entries to ``free``; bounds and priors to the builder's);
-        returns the offset after them."""
+    def _prior_number(self, prior: Prior | None) -> int:
+        """``prior``'s index in :attr:`prior_table` (appended if new), -1 for None."""
+        if prior is None:
+            return -1
+        self.prior_table.append(prior)
+        return len(self.prior_table) - 1
+
+    def _network_arrays(self, net_id: str, offset: int, chunks: _WChunks) -> int:
+        """Append network ``net_id``'s arrays to ``w`` from ``offset`` on (nominal values,
+        estimated entries, bounds and prior numbers to ``chunks``); returns the offset
+        after them."""
         plan = self.net_plans[net_id]
         resolved = self.data.parameters[net_id]
         values = resolved.values or {}
+        priors = [self._prior_number(prior) for prior in resolved.priors]
+        prior_number = np.array(priors + [-1], np.int64)   # index -1: no prior
         for layer, arrays in plan.network.parameter_arrays().items():
             for array, info in arrays.items():
                 shape = tuple(info.shape)
@@ -227,44 +240,50 @@ class PlanBuilder:
                 value = values.get(layer, {}).get(array)
                 if value is None:
                     value = np.zeros(shape)
-                w0.extend(np.asarray(value, np.float64).reshape(-1).tolist())
+                chunks.w0.append(np.asarray(value, np.float64).reshape(-1))
                 mask = np.asarray(resolved.trainable.get(layer, {}).get(
                     array, np.zeros(shape, bool)), bool).reshape(-1)
                 if not info.trainable:
                     mask = np.zeros_like(mask)
-                free.extend((offset + np.flatnonzero(mask)).tolist())
-                lo = np.broadcast_to(resolved.lower.get(layer, {}).get(array, -np.inf),
-                                     shape).reshape(-1)
-                hi = np.broadcast_to(resolved.upper.get(layer, {}).get(array, np.inf),
-                                     shape).reshape(-1)
+                chunks.free.append(offset + np.flatnonzero(mask).astype(np.int64))
+                chunks.lower.append(np.broadcast_to(np.asarray(resolved.lower.get(
+                    layer, {}).get(array, -np.inf), np.float64), shape).reshape(-1))
+                chunks.upper.append(np.broadcast_to(np.asarray(resolved.upper.get(
+                    layer, {}).get(array, np.inf), np.float64), shape).reshape(-1))
                 pidx = np.broadcast_to(resolved.prior_index.get(layer, {}).get(array, -1),
                                        shape).reshape(-1)
-                self.w_lower.extend(lo.tolist())
-                self.w_upper.extend(hi.tolist())
-                self.w_prior.extend(None if i < 0 else resolved.priors[int(i)]
-                                    for i in pidx)
+                chunks.prior.append(prior_number[np.asarray(pidx, np.int64)])
                 offset += slot.size
         return offset
 
     # ------------------------------------------------------------------ priors
     def _priors(self) -> None:
         """Priors grouped by (prior, bounds, scale) over the estimated entries, and the
-        constant part of the log-prior."""
+        constant part of the log-prior.  Only entries with a prior (or, where any entry
+        has one, the implicit uniform of a bounded entry without) are visited one by
+        one, in index order (the constant is summed in that order)."""
         from petab_sciml.simulation.likelihood import on_parameter_scale, truncation_log_mass
 
-        free = set(self.free_index.tolist())
-        scale_of = dict(zip(range(len(self.mech_ids)), self.mech_scale))
+        free = self.free_index
+        number = self.w_prior_index[free]
+        has = bool((self.w_prior_index >= 0).any())
+        lo_all, hi_all = self.w_lower[free], self.w_upper[free]
+        if has:
+            visit = np.ones(len(free), bool)
+        else:
+            visit = number >= 0
         by_key: dict[tuple, list[int]] = {}
-        has = any(p is not None for p in self.w_prior)
         const = 0.0
-        for i in sorted(free):
-            prior = self.w_prior[i]
-            lo, hi = self.w_lower[i], self.w_upper[i]
-            if prior is None:
-                if has and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+        n_mech = len(self.mech_ids)
+        for k in np.flatnonzero(visit).tolist():
+            i, lo, hi = int(free[k]), float(lo_all[k]), float(hi_all[k])
+            if number[k] < 0:
+                if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     const -= math.log(hi - lo)   # implicit uniform(lower, upper)
                 continue
-            scale = scale_of.get(i, "lin") if on_parameter_scale(prior) else "lin"
+            prior = self.prior_table[number[k]]
+            scale = (self.mech_scale[i] if i < n_mech and on_parameter_scale(prior)
+                     else "lin")
             by_key.setdefault((prior, lo, hi, scale), []).append(i)
         priors = []
         for (prior, lo, hi, scale), idx in by_key.items():
@@ -317,8 +336,8 @@ class PlanBuilder:
             has_priors=self.has_priors,
             model=self.model,
             mech_scale=self.mech_scale,
-            w_lower=np.asarray(self.w_lower, np.float64),
-            w_upper=np.asarray(self.w_upper, np.float64),
+            w_lower=self.w_lower,
+            w_upper=self.w_upper,
         )
         for net in plan.networks:
             net.input_exprs = tuple(self.model.expand(e) for e in net.input_exprs)
@@ -359,3 +378,14 @@ def _nominal(par: Any) -> float:
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
         return 0.5 * (lo + hi)
     return 0.0
+
+
+
+class _WChunks:
+    """The parameter vector ``w`` being built, one numpy chunk per array: nominal
+    values, indices of estimated entries, bounds and prior numbers (-1: none)."""
+
+    def __init__(self, w0: np.ndarray, free: np.ndarray, lower: np.ndarray,
+                 upper: np.ndarray, prior: np.ndarray) -> None:
+        self.w0, self.free, self.lower, self.upper, self.prior = (
+            [w0], [free], [lower], [upper], [prior])
