@@ -1,19 +1,16 @@
-"""The core data layout (:mod:`petab_sciml.simulation.layout`) equals, array for array
-(values and dtypes), what each backend's executor builds for itself, on suite problem
-cases, the example, the benchmark-like and scaled problems and two problems of ours
-(placeholders, several noise models, priors, multi-period experiments; pre-equilibration
-and steady-state measurements).
-
-The backends' own builders are reached through :func:`torch_arrays` and
-:func:`jax_arrays` only: each runs the executor's data-preparation method on a stand-in
-holding just what that method reads.
+"""The core data layout (:mod:`petab_sciml.simulation.layout`) against what the plan
+says, entry by entry, on suite problem cases, the example, the benchmark-like and scaled
+problems and two problems of ours (placeholders, several noise models, priors,
+multi-period experiments; pre-equilibration and steady-state measurements): every
+measurement reads, in both solution layouts, the output at its own time in its own
+experiment and period; the row groups partition the measurements; the change tables
+hold the plan's changes.  Last, each backend's data are the core's arrays, named.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -64,129 +61,185 @@ def plans(tmp_path_factory) -> dict[str, object]:
     return out
 
 
-# --------------------------------------------------------------------------- the backends
-def torch_arrays(plan) -> tuple[dict[str, np.ndarray], SimpleNamespace]:
-    """PyTorch's data arrays of ``plan`` (and the stand-in with what it set)."""
-    from petab_sciml.backends.torch.simulation import TorchExecutor
+@pytest.fixture(scope="module")
+def layouts(plans) -> dict[str, object]:
+    from petab_sciml.simulation.layout import data_layout
 
-    stub = SimpleNamespace(plan=plan)
-    TorchExecutor._prepare(stub)
-    return stub._numpy_data, stub
+    return {name: data_layout(plan) for name, plan in plans.items()}
 
 
-def jax_arrays(plan) -> tuple[dict[str, np.ndarray], SimpleNamespace]:
-    """JAX's data arrays of ``plan`` (with ``free``, which forward-ad adds)."""
-    from petab_sciml.backends.jax.simulation import JaxExecutor
-
-    steady = any(p.steady_state for e in plan.experiments for p in e.periods)
-    stub = SimpleNamespace(plan=plan, steady_state=steady, sensitivity="forward-ad")
-    return JaxExecutor._data_arrays(stub), stub
+def _measured(plan):
+    """Per measurement: experiment, period, time (from the plan)."""
+    m = plan.measurements
+    return list(zip(m.experiment.tolist(), m.period.tolist(), m.time.tolist()))
 
 
-# --------------------------------------------------------------------------- the layout,
-# named as each backend names it
-def _measurement_arrays(layout) -> dict[str, np.ndarray]:
-    out = {"m_group": layout.measurement_group, "m_time": layout.measurement_time,
-           "m_value": layout.measurement_value, "m_opt": layout.obs_par_theta,
-           "m_opv": layout.obs_par_value, "m_npt": layout.noise_par_theta,
-           "m_npv": layout.noise_par_value, "m_order": layout.table_order}
-    out.update({f"obs_{i}": rows for i, rows in layout.observable_rows})
-    out.update({f"llh_{tr}_{di}": rows for tr, di, rows in layout.likelihood_groups})
-    out.update({f"prior_{i}": idx for i, idx in enumerate(layout.prior_index)})
-    out.update({f"arr_{j}_{arg}": data for j, arg, data in layout.array_inputs})
-    return out
-
-
-def _torch_named(plan, layout) -> dict[str, np.ndarray]:
-    out = _measurement_arrays(layout)
-    out.update({"theta0": plan.theta0, "mech_theta": plan.mech_theta_index,
-                "free": plan.free_index, "m_x": layout.measurement_point,
-                "m_th": layout.measurement_period})
-    for g, count in enumerate(layout.group_theta_count.tolist()):
-        out[f"g{g}_tgt"] = layout.group_theta_target[g, :count]
-        out[f"g{g}_src"] = layout.group_theta_source[g, :count]
-    for e, periods in enumerate(layout.periods):
-        for k, p in enumerate(periods):
-            key = f"e{e}p{k}"
-            out.update({f"{key}_ts": p.save_times, f"{key}_grid": p.grid,
-                        f"{key}_where": p.grid_index, f"{key}_th_t": p.theta_target,
-                        f"{key}_th_s": p.theta_source, f"{key}_st_t": p.state_target,
-                        f"{key}_st_s": p.state_source})
-    return out
-
-
-def _jax_named(plan, layout, steady: bool) -> dict[str, np.ndarray]:
-    out = _measurement_arrays(layout)
-    out.update({"free": plan.free_index, "mech_theta": plan.mech_theta_index,
-                "m_x": layout.measurement_point_batched,
-                "m_th": layout.measurement_period_batched, "g_t0": layout.group_t0,
-                "g_th_tgt": layout.group_theta_target, "g_th_src": layout.group_theta_source,
-                "chg_const": layout.change_constant, "chg_formula": layout.change_is_formula,
-                "chg_pos": layout.change_formula_index})
-    for b, batch in enumerate(layout.batches):
-        out.update({f"b{b}_start": batch.start, f"b{b}_end": batch.end,
-                    f"b{b}_ts": batch.save_times, f"b{b}_th_tgt": batch.theta_target,
-                    f"b{b}_th_src": batch.theta_source, f"b{b}_st_tgt": batch.state_target,
-                    f"b{b}_st_src": batch.state_source, f"b{b}_group": batch.group})
-        if steady:
-            out[f"b{b}_tinf"] = batch.at_steady_state
-    return out
-
-
-def _assert_same(expected: dict, actual: dict, where: str) -> None:
-    assert sorted(expected) == sorted(actual), where
-    for key, want in expected.items():
-        want, got = np.asarray(want), np.asarray(actual[key])
-        assert got.dtype == want.dtype, (where, key, got.dtype, want.dtype)
-        assert got.shape == want.shape, (where, key, got.shape, want.shape)
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (where, key)
+def _expected_time(plan, e: int, k: int, t: float) -> float:
+    """Where the solve saves measurement time ``t`` of period ``(e, k)``: ``inf`` for a
+    steady-state measurement, else ``t`` within the period."""
+    p = plan.experiments[e].periods[k]
+    return t if not np.isfinite(t) else float(np.clip(t, p.start, p.end))
 
 
 # --------------------------------------------------------------------------- tests
-def test_layout_equals_torch(plans):
-    pytest.importorskip("torch")
-    from petab_sciml.simulation.layout import data_layout
-
+def test_sequential_points_read_their_own_time(plans, layouts):
+    """Sequential layout: the outputs of every period concatenated (its finite times,
+    then one per steady-state measurement) hold, at ``measurement_point``, the
+    measurement's own time; ``measurement_period`` is its own period."""
     for name, plan in plans.items():
-        layout = data_layout(plan)
-        arrays, stub = torch_arrays(plan)
-        _assert_same(arrays, _torch_named(plan, layout), name)
-        assert stub.n_out_max == layout.n_out_max, name
-        assert stub.array_keys == [(j, arg) for j, arg, _ in layout.array_inputs], name
-        assert stub.obs_rows == [(i, f"obs_{i}") for i, _ in layout.observable_rows], name
-        assert stub.llh_groups == [(tr, di, f"llh_{tr}_{di}")
-                                   for tr, di, _ in layout.likelihood_groups], name
-        for e, periods in enumerate(layout.periods):
-            assert stub.periods[e] == [
-                {"key": f"e{e}p{k}", "start": p.start, "end": p.end, "n_times": p.n_times,
-                 "steady": p.steady_state, "n_inf": p.n_inf}
-                for k, p in enumerate(periods)], (name, e)
+        lay = layouts[name]
+        times, owner = [], []
+        for e, periods in enumerate(lay.periods):
+            assert len(periods) == len(plan.experiments[e].periods), name
+            for k, p in enumerate(periods):
+                assert p.n_times + p.n_inf == len(plan.experiments[e].periods[k].times)
+                times += p.save_times[: p.n_times].tolist() + [np.inf] * p.n_inf
+                owner.append((e, k))
+        for i, (e, k, t) in enumerate(_measured(plan)):
+            assert owner[lay.measurement_period[i]] == (e, k), (name, i)
+            assert times[lay.measurement_point[i]] == _expected_time(plan, e, k, t), (name, i)
+            assert lay.measurement_group[i] == plan.experiments[e].group, (name, i)
 
 
-def test_layout_equals_jax(plans):
-    pytest.importorskip("jax")
-    pytest.importorskip("diffrax")
-    from petab_sciml.simulation.layout import data_layout
-
+def test_periods_match_the_plan(plans, layouts):
+    """Each period: its bounds, a steady-state period's end at its last finite time, the
+    output times padded with the end, the grid of distinct times and its changes."""
     for name, plan in plans.items():
-        layout = data_layout(plan)
-        arrays, stub = jax_arrays(plan)
-        _assert_same(arrays, _jax_named(plan, layout, stub.steady_state), name)
-        assert stub.batches == [(b.n_periods, b.experiments.tolist(), b.n_times)
-                                for b in layout.batches], name
-        assert stub.obs_rows == [(i, f"obs_{i}") for i, _ in layout.observable_rows], name
-        assert stub.llh_groups == [(tr, di, f"llh_{tr}_{di}")
-                                   for tr, di, _ in layout.likelihood_groups], name
+        lay = layouts[name]
+        for exp, periods in zip(plan.experiments, lay.periods):
+            for src, p in zip(exp.periods, periods):
+                finite = src.times[np.isfinite(src.times)]
+                end = (float(finite[-1]) if finite.size else src.start) \
+                    if src.steady_state else src.end
+                assert (p.start, p.end, p.steady_state) == (src.start, end,
+                                                            src.steady_state), name
+                assert p.save_times.shape == (lay.n_out_max,), name
+                assert p.save_times[: p.n_times].tolist() == finite.tolist(), name
+                assert (p.save_times[p.n_times:] == end).all(), name
+                assert p.grid.tolist() == sorted({src.start, end, *finite.tolist()}), name
+                assert p.grid[p.grid_index].tolist() == finite.tolist(), name
+                assert list(zip(p.theta_target.tolist(), p.theta_source.tolist())) \
+                    == [tuple(c) for c in src.theta_changes], name
+                assert list(zip(p.state_target.tolist(), p.state_source.tolist())) \
+                    == [tuple(c) for c in src.state_changes], name
+        assert lay.n_out_max == max(1, max(len(p.times) for e in plan.experiments
+                                           for p in e.periods)), name
 
 
-def test_problems_cover_the_layout(plans):
+def test_batched_points_read_their_own_time(plans, layouts):
+    """Batched layout: experiments grouped by number of periods; the batches' output
+    times (C order, concatenated) hold, at ``measurement_point_batched``, the
+    measurement's time, flagged ``at_steady_state`` exactly for steady-state ones;
+    ``measurement_period_batched`` is its own period."""
+    for name, plan in plans.items():
+        lay = layouts[name]
+        assert sorted(e for b in lay.batches for e in b.experiments.tolist()) \
+            == list(range(len(plan.experiments))), name
+        times, at_ss, owner = [], [], []
+        for b in lay.batches:
+            E, P, N = len(b.experiments), b.n_periods, b.n_times
+            assert b.save_times.shape == b.at_steady_state.shape == (E, P, N), name
+            for i, e in enumerate(b.experiments.tolist()):
+                exp = plan.experiments[e]
+                assert len(exp.periods) == P and b.group[i] == exp.group, name
+                for k, p in enumerate(exp.periods):
+                    assert (b.start[i, k], b.end[i, k]) == (p.start, p.end), name
+                    owner.append((e, k))
+                    assert _changes(b.theta_target[i, k], b.theta_source[i, k],
+                                    len(plan.theta_ids)) == [tuple(c) for c in
+                                                             p.theta_changes], name
+                    assert _changes(b.state_target[i, k], b.state_source[i, k],
+                                    len(plan.state_ids)) == [tuple(c) for c in
+                                                             p.state_changes], name
+            times += b.save_times.ravel().tolist()
+            at_ss += b.at_steady_state.ravel().tolist()
+        for i, (e, k, t) in enumerate(_measured(plan)):
+            j = lay.measurement_point_batched[i]
+            assert owner[lay.measurement_period_batched[i]] == (e, k), (name, i)
+            assert at_ss[j] == (not np.isfinite(t)), (name, i)
+            if np.isfinite(t):
+                assert times[j] == t, (name, i)
+
+
+def _changes(target, source, dropped: int) -> list[tuple[int, int]]:
+    """(target, source) pairs of a padded row: padding targets ``dropped``, sources 0."""
+    pairs = list(zip(target.tolist(), source.tolist()))
+    kept = [c for c in pairs if c[0] != dropped]
+    assert pairs[len(kept):] == [(dropped, 0)] * (len(pairs) - len(kept))
+    return kept
+
+
+def test_measurement_groups_partition_the_table(plans, layouts):
+    """Observable rows and likelihood groups partition the measurements, each row of
+    its own observable / noise model, ascending; ``table_order`` undoes the observable
+    grouping; measurement values and placeholders are the plan's."""
+    for name, plan in plans.items():
+        lay, m = layouts[name], plan.measurements
+        M = m.size
+        for i, rows in lay.observable_rows:
+            assert (m.observable[rows] == i).all() and (np.diff(rows) > 0).all(), name
+        grouped = np.concatenate([r for _, r in lay.observable_rows] or [np.zeros(0, int)])
+        assert sorted(grouped.tolist()) == list(range(M)), name
+        assert grouped[lay.table_order].tolist() == list(range(M)), name
+        seen = []
+        for tr, di, rows in lay.likelihood_groups:
+            assert (m.transform[rows] == tr).all() and (m.distribution[rows] == di).all()
+            seen += rows.tolist()
+        assert sorted(seen) == list(range(M)), name
+        assert lay.measurement_value.tolist() == m.value.tolist(), name
+        np.testing.assert_array_equal(lay.obs_par_theta, m.obs_par_theta)
+        np.testing.assert_array_equal(lay.noise_par_value, m.noise_par_value)
+        assert [p.tolist() for p in lay.prior_index] == [list(idx) for _, idx, *_ in
+                                                         plan.priors], name
+
+
+def test_groups_and_changes_match_the_plan(plans, layouts):
+    """Initial-condition groups' first-period changes (padded rows), array inputs per
+    group, and the change values: numbers in the table, formulas numbered in order."""
+    for name, plan in plans.items():
+        lay = layouts[name]
+        assert lay.group_t0.tolist() == plan.group_t0.tolist(), name
+        for g, changes in enumerate(plan.group_theta_changes):
+            assert lay.group_theta_count[g] == len(changes), name
+            assert _changes(lay.group_theta_target[g], lay.group_theta_source[g],
+                            len(plan.theta_ids)) == [tuple(c) for c in changes], name
+        inputs = [(j, inp.arg, inp.data) for j, net in enumerate(plan.networks)
+                  for inp in net.inputs if inp.kind == "array"]
+        assert [(j, a) for j, a, _ in lay.array_inputs] == [(j, a) for j, a, _ in inputs]
+        for (_, _, got), (_, _, want) in zip(lay.array_inputs, inputs):
+            assert got.shape[0] == len(plan.groups_conditions), name
+            np.testing.assert_array_equal(got, want)
+        n_formula = 0
+        for c, expr in enumerate(plan.change_exprs):
+            if getattr(expr, "is_number", False):
+                assert not lay.change_is_formula[c] and lay.change_constant[c] == float(expr)
+            else:
+                assert lay.change_is_formula[c] and lay.change_constant[c] == 0.0, name
+                assert lay.change_formula_index[c] == n_formula, name
+                n_formula += 1
+
+
+def test_dtypes(layouts):
+    """Integer arrays int64, real arrays float64, as the backends take them."""
+    for name, lay in layouts.items():
+        for key in ("measurement_group", "measurement_point", "measurement_period",
+                    "measurement_point_batched", "measurement_period_batched",
+                    "obs_par_theta", "noise_par_theta", "table_order",
+                    "group_theta_target", "group_theta_source", "change_formula_index"):
+            assert getattr(lay, key).dtype == np.int64, (name, key)
+        for key in ("measurement_time", "measurement_value", "obs_par_value",
+                    "noise_par_value", "group_t0", "change_constant"):
+            assert getattr(lay, key).dtype == np.float64, (name, key)
+
+
+def test_problems_cover_the_layout(layouts):
     """The problems exercise what the layout handles: steady states, several periods,
     placeholders, several noise models, priors, array inputs and condition formulas."""
-    from petab_sciml.simulation.layout import data_layout
-
-    layouts = [data_layout(p) for p in plans.values()]
+    layouts = list(layouts.values())
     assert any(b.at_steady_state.any() for lay in layouts for b in lay.batches)
     assert any(b.n_periods > 1 for lay in layouts for b in lay.batches)
+    assert any(p.steady_state and p.n_inf for lay in layouts for e in lay.periods
+               for p in e)
     assert any((lay.obs_par_theta >= 0).any() and (lay.noise_par_theta < 0).any()
                for lay in layouts)
     assert any(len(lay.likelihood_groups) > 1 for lay in layouts)
@@ -196,3 +249,26 @@ def test_problems_cover_the_layout(plans):
     if SUITE is not None and SUITE.is_dir():
         assert any(lay.array_inputs for lay in layouts)
         assert any(lay.group_theta_target.shape[1] for lay in layouts)
+
+
+# --------------------------------------------------------------------------- backends
+def test_backends_read_the_core_arrays(plans, layouts):
+    """Each backend's data are the core layout's arrays (the same objects), named."""
+    pytest.importorskip("torch")
+    from petab_sciml.backends.jax.data_layout import named_arrays
+    from petab_sciml.backends.torch.layout import named_layout
+
+    for name, plan in plans.items():
+        lay = layouts[name]
+        torch_d = named_layout(plan, lay).arrays
+        jax_d = named_arrays(plan, lay, steady_state=True, forward_ad=True).arrays
+        assert torch_d["m_x"] is lay.measurement_point, name
+        assert jax_d["m_x"] is lay.measurement_point_batched, name
+        for d in (torch_d, jax_d):
+            assert d["m_order"] is lay.table_order and d["m_time"] is lay.measurement_time
+        for b, batch in enumerate(lay.batches):
+            assert jax_d[f"b{b}_ts"] is batch.save_times, name
+            assert jax_d[f"b{b}_tinf"] is batch.at_steady_state, name
+        for e, periods in enumerate(lay.periods):
+            for k, p in enumerate(periods):
+                assert torch_d[f"e{e}p{k}_ts"] is p.save_times, name

@@ -8,7 +8,7 @@ arrays), so new values never retrace; only shapes are static.  The pieces:
 ==============================  ======================================================
 ``options.py``                  :class:`JaxOptions`, resolution of ``"auto"``
 ``xla_options.py``              XLA compiler options by problem size and mode
-``data_layout.py``              the plan's data as index and value arrays
+``data_layout.py``              the core data layout as named arrays
 ``networks.py``                 networks bound to ``w``, their inputs and outputs
 ``conditions.py``               condition changes (numbers and formulas)
 ``experiments.py``              groups, periods of an experiment, batches of them
@@ -49,10 +49,11 @@ from typing import Any
 import numpy as np
 
 from petab_sciml.simulation.compiled import compile_plan
+from petab_sciml.simulation.layout import data_layout
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 from .conditions import change_values, compile_change_formulas
-from .data_layout import data_layout
+from .data_layout import named_arrays
 from .experiments import (
     GroupValues,
     batch_arrays,
@@ -116,8 +117,8 @@ class JaxExecutor:
                                   "(pre-equilibration, time = inf); use forward or reverse")
         self.fns = compile_plan(plan, "jax")
         self.networks = BoundNetworks(plan, self.fns.net_inputs)
-        layout = data_layout(plan, steady_state=self.steady_state,
-                             forward_ad=self.sensitivity == "forward-ad")
+        layout = named_arrays(plan, data_layout(plan), steady_state=self.steady_state,
+                              forward_ad=self.sensitivity == "forward-ad")
         self.batches = layout.batches
         """Experiments batched by number of periods: ``(P, experiments, N)``."""
         self.obs_rows = layout.obs_rows

@@ -38,7 +38,7 @@ def plan_batches(plan: SimulationPlan, options: TorchOptions,
     with one index past the end: dropped).  ``autograd`` with
     ``batch_experiments=False``: every experiment a batch of its own (one solve after
     another with the same solver, the reference for the batched path).  ``layout``:
-    the plan's arrays (:class:`~petab_sciml.backends.torch.layout.DataLayout`)."""
+    the plan's arrays (:class:`~petab_sciml.backends.torch.layout.TorchLayout`)."""
     o = options
     batchable = (not o.compile and o.method in FORWARD_METHODS
                  and o.sensitivity in ("forward", "autograd"))

@@ -1,27 +1,28 @@
-"""The plan's data as flat numpy arrays (:func:`build_layout`) and those arrays as tensors
-per device and dtype (:class:`TensorCache`): the constants and their condition changes,
-the networks' array inputs, each period's output times and changes, and the index arrays
-of the measurements, their likelihood groups and the priors.  A function of the plan
-alone."""
+"""The core data layout (:mod:`petab_sciml.simulation.layout`) as the named numpy arrays
+the PyTorch executor reads (:func:`named_layout`), and those arrays as tensors per device
+and dtype (:class:`TensorCache`).  This module only names the core's arrays (periods
+solved one at a time, measurements, likelihood groups, priors) and adds the plan's
+constants; it builds no index array of its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from petab_sciml.simulation.layout import DataLayout
 from petab_sciml.simulation.plan import SimulationPlan
 
 
 @dataclass(frozen=True)
 class PeriodLayout:
-    """One period of one experiment; its arrays are ``{key}_ts`` (output times padded
-    with the end), ``{key}_grid`` / ``{key}_where`` (the sorted distinct times from start
-    to end and each output's place in them), ``{key}_th_t`` / ``{key}_th_s`` and
-    ``{key}_st_t`` / ``{key}_st_s`` (constants and states changed at its start: targets
-    and sources in the condition changes' values)."""
+    """One period of one experiment (the core's
+    :class:`~petab_sciml.simulation.layout.PeriodArrays`); its arrays are ``{key}_ts``
+    (output times padded with the end), ``{key}_grid`` / ``{key}_where`` (the sorted
+    distinct times from start to end and each output's place in them), ``{key}_th_t`` /
+    ``{key}_th_s`` and ``{key}_st_t`` / ``{key}_st_s`` (constants and states changed at
+    its start: targets and sources in the condition changes' values)."""
 
     key: str
     start: float
@@ -35,7 +36,7 @@ class PeriodLayout:
 
 
 @dataclass(frozen=True)
-class DataLayout:
+class TorchLayout:
     arrays: dict[str, np.ndarray]
     """Every array by name: ``theta0``, ``mech_theta``, ``free``, ``arr_{net}_{arg}``,
     ``g{group}_tgt`` / ``_src``, the periods' (:class:`PeriodLayout`), ``m_*`` (per
@@ -51,103 +52,41 @@ class DataLayout:
     """``(transform, distribution, key)``: the measurements of each noise model."""
 
 
-def build_layout(plan: SimulationPlan) -> DataLayout:
-    """The plan's arrays (see :class:`DataLayout`)."""
-    d: dict[str, Any] = {}
-    d["theta0"] = plan.theta0.astype(np.float64)
-    d["mech_theta"] = plan.mech_theta_index.astype(np.int64)
-    d["free"] = plan.free_index.astype(np.int64)
-    network_arrays = []
-    for j, net in enumerate(plan.networks):
-        for inp in net.inputs:
-            if inp.kind == "array":
-                d[f"arr_{j}_{inp.arg}"] = np.asarray(inp.data, np.float64)
-                network_arrays.append((j, inp.arg))
-    for g, changes in enumerate(plan.group_theta_changes):
-        d[f"g{g}_tgt"] = np.array([a for a, _ in changes], np.int64)
-        d[f"g{g}_src"] = np.array([b for _, b in changes], np.int64)
-    periods = _period_arrays(plan, d)
-    observable_rows, likelihood_groups = _measurement_arrays(plan, d)
-    for i, (_, idx, *_) in enumerate(plan.priors):
-        d[f"prior_{i}"] = np.asarray(idx, np.int64)
-    return DataLayout(d, periods, network_arrays, observable_rows, likelihood_groups)
-
-
-def _period_arrays(plan: SimulationPlan, d: dict[str, Any]) -> list[list[PeriodLayout]]:
-    """Each period's arrays into ``d``; its :class:`PeriodLayout`."""
-    n_out = max((len(p.times) for e in plan.experiments for p in e.periods), default=0)
-    n_out_max = max(1, n_out)
-    periods: list[list[PeriodLayout]] = []
-    for e, exp in enumerate(plan.experiments):
+def named_layout(plan: SimulationPlan, layout: DataLayout) -> TorchLayout:
+    """``layout`` (of ``plan``) by name, with the plan's constants (see
+    :class:`TorchLayout`); the arrays are the core's, not copies."""
+    d: dict[str, np.ndarray] = {"theta0": plan.theta0.astype(np.float64),
+                                "mech_theta": plan.mech_theta_index.astype(np.int64),
+                                "free": plan.free_index.astype(np.int64)}
+    d.update({f"arr_{j}_{arg}": data for j, arg, data in layout.array_inputs})
+    for g, count in enumerate(layout.group_theta_count.tolist()):
+        d[f"g{g}_tgt"] = layout.group_theta_target[g, :count]
+        d[f"g{g}_src"] = layout.group_theta_source[g, :count]
+    periods = []
+    for e, experiment in enumerate(layout.periods):
         per = []
-        for k, p in enumerate(exp.periods):
+        for k, p in enumerate(experiment):
             key = f"e{e}p{k}"
-            times = np.asarray(p.times, np.float64)
-            n_times = int(times.size)
-            end = p.end
-            if p.steady_state:
-                # integrate to the last finite time here; the steady-state solve goes on
-                # to the steady state, where the inf points are read
-                times = times[np.isfinite(times)]
-                end = float(times[-1]) if times.size else p.start
-            padded = np.full(n_out_max, end, np.float64)
-            padded[: times.size] = np.clip(times, p.start, end)
-            d[f"{key}_ts"] = padded
-            d[f"{key}_grid"] = np.array(sorted({p.start, end, *times.tolist()}))
-            d[f"{key}_where"] = np.array([sorted({p.start, end, *times.tolist()})
-                                          .index(x) for x in times.tolist()], np.int64)
-            d[f"{key}_th_t"] = np.array([a for a, _ in p.theta_changes], np.int64)
-            d[f"{key}_th_s"] = np.array([b for _, b in p.theta_changes], np.int64)
-            d[f"{key}_st_t"] = np.array([a for a, _ in p.state_changes], np.int64)
-            d[f"{key}_st_s"] = np.array([b for _, b in p.state_changes], np.int64)
-            per.append(PeriodLayout(key, float(p.start), float(end), int(times.size),
-                                    p.steady_state, n_times - int(times.size)))
+            d.update({f"{key}_ts": p.save_times, f"{key}_grid": p.grid,
+                      f"{key}_where": p.grid_index, f"{key}_th_t": p.theta_target,
+                      f"{key}_th_s": p.theta_source, f"{key}_st_t": p.state_target,
+                      f"{key}_st_s": p.state_source})
+            per.append(PeriodLayout(key, p.start, p.end, p.n_times, p.steady_state,
+                                    p.n_inf))
         periods.append(per)
-    return periods
-
-
-def _measurement_arrays(plan: SimulationPlan, d: dict[str, Any]):
-    """The measurements' arrays into ``d``: per measurement its output (``m_x``: the
-    row among all periods' outputs, experiment by experiment), its period (``m_th``),
-    group, time, value and observable / noise parameter overrides; the rows of each
-    observable and of each noise model.  Returns ``(observable_rows,
-    likelihood_groups)`` (:class:`DataLayout`)."""
-    m = plan.measurements
-    offsets, th_offsets, x_off, th_off = {}, {}, 0, 0
-    for e, exp in enumerate(plan.experiments):
-        for k, p in enumerate(exp.periods):
-            offsets[(e, k)] = x_off
-            th_offsets[(e, k)] = th_off
-            x_off += len(p.times)
-            th_off += 1
-    d["m_x"] = np.array([offsets[(int(e), int(k))] + int(j) for e, k, j in
-                         zip(m.experiment, m.period, m.time_index)], np.int64)
-    d["m_th"] = np.array([th_offsets[(int(e), int(k))] for e, k in
-                          zip(m.experiment, m.period)], np.int64)
-    d["m_group"] = np.array([plan.experiments[int(e)].group for e in m.experiment],
-                            np.int64)
-    d["m_time"] = m.time.astype(np.float64)
-    d["m_value"] = m.value.astype(np.float64)
-    d["m_opt"], d["m_opv"] = m.obs_par_theta.astype(np.int64), m.obs_par_value
-    d["m_npt"], d["m_npv"] = m.noise_par_theta.astype(np.int64), m.noise_par_value
-    observable_rows = []
-    rows = []
-    for i in range(len(plan.observable_ids)):
-        idx = np.flatnonzero(m.observable == i)
-        if idx.size:
-            d[f"obs_{i}"] = idx.astype(np.int64)
-            observable_rows.append((i, f"obs_{i}"))
-            rows.append(idx)
-    d["m_order"] = (np.argsort(np.concatenate(rows)) if rows else
-                    np.zeros(0)).astype(np.int64)
-    likelihood_groups = []
-    for tr in range(3):
-        for di in range(2):
-            idx = np.flatnonzero((m.transform == tr) & (m.distribution == di))
-            if idx.size:
-                d[f"llh_{tr}_{di}"] = idx.astype(np.int64)
-                likelihood_groups.append((tr, di, f"llh_{tr}_{di}"))
-    return observable_rows, likelihood_groups
+    d.update({"m_x": layout.measurement_point, "m_th": layout.measurement_period,
+              "m_group": layout.measurement_group, "m_time": layout.measurement_time,
+              "m_value": layout.measurement_value, "m_opt": layout.obs_par_theta,
+              "m_opv": layout.obs_par_value, "m_npt": layout.noise_par_theta,
+              "m_npv": layout.noise_par_value})
+    d.update({f"obs_{i}": rows for i, rows in layout.observable_rows})
+    d["m_order"] = layout.table_order
+    d.update({f"llh_{tr}_{di}": rows for tr, di, rows in layout.likelihood_groups})
+    d.update({f"prior_{i}": idx for i, idx in enumerate(layout.prior_index)})
+    return TorchLayout(
+        d, periods, [(j, arg) for j, arg, _ in layout.array_inputs],
+        [(i, f"obs_{i}") for i, _ in layout.observable_rows],
+        [(tr, di, f"llh_{tr}_{di}") for tr, di, _ in layout.likelihood_groups])
 
 
 class TensorCache:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from petab_sciml.backends.torch.layout import DataLayout
+from petab_sciml.backends.torch.layout import TorchLayout
 from petab_sciml.backends.torch.networks import Networks
 from petab_sciml.backends.torch.sensitivity_parameters import SensitivityParameters
 from petab_sciml.simulation.likelihood import log_likelihood, log_prior_at
@@ -34,7 +34,7 @@ def measurement_outputs(plan: SimulationPlan, networks: Networks,
     return outs_m
 
 
-def observables_and_noise(fns: Any, layout: DataLayout, d: dict[str, torch.Tensor], X, TH,
+def observables_and_noise(fns: Any, layout: TorchLayout, d: dict[str, torch.Tensor], X, TH,
                           outs_m, w) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, sigma)``: simulated observables and noise standard deviations in
     measurement-table order."""
@@ -52,7 +52,7 @@ def observables_and_noise(fns: Any, layout: DataLayout, d: dict[str, torch.Tenso
     return y, sigma
 
 
-def log_likelihood_sum(layout: DataLayout, d: dict[str, torch.Tensor], y, sigma,
+def log_likelihood_sum(layout: TorchLayout, d: dict[str, torch.Tensor], y, sigma,
                        w) -> torch.Tensor:
     """The log-likelihood of the measurements given ``y`` and ``sigma``."""
     llh = w.new_zeros(())

@@ -43,7 +43,7 @@ import torch
 from petab_sciml.backends.torch.batching import BatchSolver, plan_batches
 from petab_sciml.backends.torch.fields import Fields
 from petab_sciml.backends.torch.jacobians import symbolic_jacobian
-from petab_sciml.backends.torch.layout import TensorCache, build_layout
+from petab_sciml.backends.torch.layout import TensorCache, named_layout
 from petab_sciml.backends.torch.networks import Networks, rhs_networks_in_eval_mode
 from petab_sciml.backends.torch.observables import (
     log_likelihood_sum,
@@ -61,6 +61,7 @@ from petab_sciml.backends.torch.sensitivity_parameters import sensitivity_parame
 from petab_sciml.backends.torch.solvers import Solvers
 from petab_sciml.backends.torch.state_blocks import StateBlocks
 from petab_sciml.simulation.compiled import compile_plan
+from petab_sciml.simulation.layout import data_layout
 from petab_sciml.simulation.plan import SimulationPlan
 
 __all__ = ["TorchExecutor", "TorchOptions"]
@@ -95,7 +96,7 @@ class TorchExecutor:
         if opts.unroll_stages is None:
             small = jacobian is not None and len(jacobian.expressions) <= UNROLL_STAGES_MAX
             self.options = opts = replace(opts, unroll_stages=small)
-        self.layout = build_layout(plan)
+        self.layout = named_layout(plan, data_layout(plan))
         self.batches, batch_arrays = plan_batches(plan, opts, self.layout.periods,
                                                   self.layout.arrays, sens.n_p)
         self._tensors = TensorCache({**self.layout.arrays, **batch_arrays})
