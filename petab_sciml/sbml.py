@@ -435,9 +435,29 @@ def load_sbml(source: Any) -> OdeModel:
             msgs = "; ".join(f"line {e.getLine()}: {_specific(e.getMessage())}"
                              for e in severe[:5])
             raise SbmlError(f"invalid SBML: {msgs}", file=file)
+    if doc is not None and doc.getLevel() >= 3 and doc.isPackageEnabled("comp"):
+        doc = _flatten_comp(libsbml, doc, file)
+        model = doc.getModel()
     if model is None:
         raise SbmlError("the document holds no model", file=file)
     return _Importer(libsbml, doc, model, file).build()
+
+
+def _flatten_comp(libsbml: Any, doc: Any, file: str | None) -> Any:
+    """A copy of ``doc`` with its hierarchical model composition (SBML ``comp``)
+    flattened into one model by libsbml's ``CompFlatteningConverter``; raises
+    :class:`SbmlError` with libsbml's reasons when it cannot be flattened."""
+    flat = doc.clone()
+    props = libsbml.ConversionProperties()
+    props.addOption("flatten comp", True)
+    props.addOption("leavePorts", False)
+    status = flat.convert(props)
+    if status != libsbml.LIBSBML_OPERATION_SUCCESS:
+        msgs = "; ".join(_specific(flat.getError(i).getMessage())
+                         for i in range(min(flat.getNumErrors(), 5)))
+        raise SbmlError(f"cannot flatten the SBML comp model composition (libsbml status "
+                        f"{status}){': ' + msgs if msgs else ''}", file=file)
+    return flat
 
 
 def _specific(message: str) -> str:
