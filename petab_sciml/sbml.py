@@ -436,11 +436,31 @@ def load_sbml(source: Any) -> OdeModel:
                              for e in severe[:5])
             raise SbmlError(f"invalid SBML: {msgs}", file=file)
     if doc is not None and doc.getLevel() >= 3 and doc.isPackageEnabled("comp"):
+        _refuse_required_packages(doc, file, allowed=("comp",))
         doc = _flatten_comp(libsbml, doc, file)
         model = doc.getModel()
     if model is None:
         raise SbmlError("the document holds no model", file=file)
     return _Importer(libsbml, doc, model, file).build()
+
+
+def _refuse_required_packages(doc: Any, file: str | None, allowed: tuple[str, ...] = ()
+                              ) -> None:
+    """Raise :class:`UnsupportedSbmlError` naming the first package ``doc`` requires
+    (known to libsbml or not) other than ``allowed``."""
+    for i in range(doc.getNumPlugins()):
+        pkg = doc.getPlugin(i).getPackageName()
+        if pkg == "l3v2extendedmath" or pkg in allowed:  # libsbml's internal L3V2 math
+            continue
+        if doc.isSetPackageRequired(pkg) and doc.getPackageRequired(pkg):
+            raise UnsupportedSbmlError("required SBML package is not supported", file=file,
+                                       entry=f"package {pkg!r}")
+    for i in range(doc.getNumUnknownPackages()):
+        uri = doc.getUnknownPackageURI(i)
+        prefix = doc.getUnknownPackagePrefix(i)
+        if doc.getPackageRequired(uri):
+            raise UnsupportedSbmlError("required SBML package is not supported", file=file,
+                                       entry=f"package {prefix!r}")
 
 
 def _flatten_comp(libsbml: Any, doc: Any, file: str | None) -> Any:
@@ -660,17 +680,7 @@ class _Importer:
     def check_unsupported(self):
         m, doc = self.m, self.doc
         if doc is not None and doc.getLevel() >= 3:
-            for i in range(doc.getNumPlugins()):
-                pkg = doc.getPlugin(i).getPackageName()
-                if pkg == "l3v2extendedmath":  # libsbml's internal L3V2 math "package"
-                    continue
-                if doc.isSetPackageRequired(pkg) and doc.getPackageRequired(pkg):
-                    self.fail("required SBML package is not supported", f"package {pkg!r}")
-            for i in range(doc.getNumUnknownPackages()):
-                uri = doc.getUnknownPackageURI(i)
-                prefix = doc.getUnknownPackagePrefix(i)
-                if doc.getPackageRequired(uri):
-                    self.fail("required SBML package is not supported", f"package {prefix!r}")
+            _refuse_required_packages(doc, self.file)
         for i, ev in enumerate(m.getListOfEvents()):
             eid = ev.getId() or f"#{i + 1}"
             self.fail("events are not supported", f"event {eid!r}")

@@ -181,7 +181,7 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
         issues.add("EXT_NEURAL_NETWORKS_MISSING", "neural_networks must be a mapping of "
                    "network ids to {location, format, pre_initialization}", file=file,
                    path=f"{base}.{nets_key or 'neural_networks'}")
-    else:
+    elif nets:
         for net_id, entry in nets.items():
             cfg.networks[str(net_id)] = _network_entry(
                 str(net_id), entry, f"{base}.{nets_key}.{net_id}", issues, file)
