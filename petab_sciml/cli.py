@@ -51,8 +51,8 @@ def test_cases() -> None:
 @test_cases.command("run")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--backend", "backend", default="torch", show_default=True,
-              help="Backend to run: a name (torch, jax) or 'all' for every installed one "
-                   "with cross-backend columns.")
+              help="Backend to run: a name (torch, jax) or 'all' (or 'both') for every "
+                   "installed one with cross-backend columns.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32",
               show_default=True, help="Network cases' dtype (problem cases run in float64).")
 @click.option("--mode", type=click.Choice(["train", "eval"]), default="train",
@@ -66,6 +66,10 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
               suite: bool) -> None:
     """Run the cases under PATHS (default: test_cases/ and the official suite).
 
+    PEtab test-suite cases (``_NNNN.yaml`` beside ``_NNNN_solution.yaml``, e.g.
+    ../shared/petab_v2_suite) compare llh, chi2 and simulations at each case's
+    tolerances.
+
     Network cases (ML import) compare outputs; problem cases (SciML problem import,
     initialization) compare the log-likelihood, simulations and gradients (or the
     initial network parameters) with the references at the tolerances of each
@@ -75,10 +79,11 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
     from rich.console import Console
     from rich.progress import Progress
 
-    from petab_sciml import testcases
+    from petab_sciml import petab_suite, testcases
     from petab_sciml.plugins import backend_names
 
     err = Console(stderr=True)
+    backend = "all" if backend == "both" else backend
     backends = backend_names() if backend == "all" else [backend]
     if backend == "all":
         backends = [b for b in backends if _available(b)] or backends
@@ -96,10 +101,12 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
     try:
         cases = testcases.discover(roots)
         problems = testcases.discover_problems(roots)
+        suite_cases = petab_suite.discover(roots)
     except PetabSciMLError as exc:
         raise click.ClickException(str(exc)) from None
     with Progress(console=err, transient=True, disable=as_json) as progress:
-        task = progress.add_task("cases", total=len(cases) + len(problems))
+        task = progress.add_task("cases", total=len(cases) + len(problems)
+                                 + len(suite_cases))
 
         def advance(name: str) -> None:
             progress.update(task, advance=1, description=Path(name).name)
@@ -107,18 +114,22 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
         results = testcases.run_all(cases, backends, dtype=dtype, progress=advance,
                                     mode=mode)
         problem_results = testcases.run_problems(problems, backends, progress=advance)
-    every = [*results, *problem_results]
+        suite_results = petab_suite.run_all(suite_cases, backends, progress=advance)
+    every = [*results, *problem_results, *suite_results]
     failed = sum(not r.passed for r in every)
     passed = len(every) - failed
     if as_json:
         click.echo(json.dumps({"results": [r.to_json() for r in results],
                                "problems": [r.to_json() for r in problem_results],
+                               "petab_suite": [r.to_json() for r in suite_results],
                                "passed": passed, "failed": failed}, indent=2))
     else:
         if results:
             _print_results(results, cross=len(backends) > 1)
         if problem_results:
             _print_problem_results(problem_results, cross=len(backends) > 1)
+        if suite_results:
+            _print_suite_results(suite_results)
         click.echo(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
@@ -157,6 +168,25 @@ def _print_problem_results(results: list, *, cross: bool) -> None:
         if r.error:
             console.print(f"[red]{r.case} ({r.backend}):[/red] {r.error}", markup=True,
                           highlight=False)
+
+
+def _print_suite_results(results: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="PEtab test-suite cases: abs error/tolerance")
+    for column in ("case", "backend", "llh", "chi2", "simulations", "seconds", "verdict",
+                   "reason"):
+        table.add_column(column, overflow="fold")
+
+    def cell(r, key):
+        return f"{r.errors[key]:.1e}/{r.tolerances[key]:.0e}" if key in r.errors else "-"
+
+    for r in results:
+        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        table.add_row(r.case, r.backend, cell(r, "llh"), cell(r, "chi2"),
+                      cell(r, "simulations"), f"{r.seconds:.1f}", verdict, r.error or "")
+    Console(width=200).print(table, highlight=False)
 
 
 def _available(backend: str) -> bool:

@@ -435,9 +435,49 @@ def load_sbml(source: Any) -> OdeModel:
             msgs = "; ".join(f"line {e.getLine()}: {_specific(e.getMessage())}"
                              for e in severe[:5])
             raise SbmlError(f"invalid SBML: {msgs}", file=file)
+    if doc is not None and doc.getLevel() >= 3 and doc.isPackageEnabled("comp"):
+        _refuse_required_packages(doc, file, allowed=("comp",))
+        doc = _flatten_comp(libsbml, doc, file)
+        model = doc.getModel()
     if model is None:
         raise SbmlError("the document holds no model", file=file)
     return _Importer(libsbml, doc, model, file).build()
+
+
+def _refuse_required_packages(doc: Any, file: str | None, allowed: tuple[str, ...] = ()
+                              ) -> None:
+    """Raise :class:`UnsupportedSbmlError` naming the first package ``doc`` requires
+    (known to libsbml or not) other than ``allowed``."""
+    for i in range(doc.getNumPlugins()):
+        pkg = doc.getPlugin(i).getPackageName()
+        if pkg == "l3v2extendedmath" or pkg in allowed:  # libsbml's internal L3V2 math
+            continue
+        if doc.isSetPackageRequired(pkg) and doc.getPackageRequired(pkg):
+            raise UnsupportedSbmlError("required SBML package is not supported", file=file,
+                                       entry=f"package {pkg!r}")
+    for i in range(doc.getNumUnknownPackages()):
+        uri = doc.getUnknownPackageURI(i)
+        prefix = doc.getUnknownPackagePrefix(i)
+        if doc.getPackageRequired(uri):
+            raise UnsupportedSbmlError("required SBML package is not supported", file=file,
+                                       entry=f"package {prefix!r}")
+
+
+def _flatten_comp(libsbml: Any, doc: Any, file: str | None) -> Any:
+    """A copy of ``doc`` with its hierarchical model composition (SBML ``comp``)
+    flattened into one model by libsbml's ``CompFlatteningConverter``; raises
+    :class:`SbmlError` with libsbml's reasons when it cannot be flattened."""
+    flat = doc.clone()
+    props = libsbml.ConversionProperties()
+    props.addOption("flatten comp", True)
+    props.addOption("leavePorts", False)
+    status = flat.convert(props)
+    if status != libsbml.LIBSBML_OPERATION_SUCCESS:
+        msgs = "; ".join(_specific(flat.getError(i).getMessage())
+                         for i in range(min(flat.getNumErrors(), 5)))
+        raise SbmlError(f"cannot flatten the SBML comp model composition (libsbml status "
+                        f"{status}){': ' + msgs if msgs else ''}", file=file)
+    return flat
 
 
 def _specific(message: str) -> str:
@@ -640,17 +680,7 @@ class _Importer:
     def check_unsupported(self):
         m, doc = self.m, self.doc
         if doc is not None and doc.getLevel() >= 3:
-            for i in range(doc.getNumPlugins()):
-                pkg = doc.getPlugin(i).getPackageName()
-                if pkg == "l3v2extendedmath":  # libsbml's internal L3V2 math "package"
-                    continue
-                if doc.isSetPackageRequired(pkg) and doc.getPackageRequired(pkg):
-                    self.fail("required SBML package is not supported", f"package {pkg!r}")
-            for i in range(doc.getNumUnknownPackages()):
-                uri = doc.getUnknownPackageURI(i)
-                prefix = doc.getUnknownPackagePrefix(i)
-                if doc.getPackageRequired(uri):
-                    self.fail("required SBML package is not supported", f"package {prefix!r}")
+            _refuse_required_packages(doc, self.file)
         for i, ev in enumerate(m.getListOfEvents()):
             eid = ev.getId() or f"#{i + 1}"
             self.fail("events are not supported", f"event {eid!r}")

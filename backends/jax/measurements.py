@@ -58,7 +58,7 @@ def observables_and_noise(fns: Any, obs_rows: list[tuple[int, str]], data: dict[
         idx = data[key]
         args = (t_m[idx], X[idx], TH[idx], *(o[idx] for o in outs))
         ys.append(fns.observables[i](*args, op[idx])[:, 0])
-        sigmas.append(fns.noise[i](*args, npar[idx])[:, 0])
+        sigmas.append(fns.noise[i](*args, op[idx], npar[idx])[:, 0])
     order = data["m_order"]
     y = jnp.concatenate(ys)[order] if ys else jnp.zeros((0,), dtype)
     sigma = jnp.concatenate(sigmas)[order] if sigmas else jnp.zeros((0,), dtype)

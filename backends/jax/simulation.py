@@ -102,6 +102,12 @@ class JaxExecutor:
         self.checkpoints = self.options.resolved_checkpoints(n_batch)
         """Checkpoints of reverse mode (``JaxOptions.checkpoints``, resolved)."""
         self.devices = experiment_devices(self.options.devices)
+        if self.options.solver.lower().startswith("kvaerno"):
+            # implicit solvers run unsplit: inside shard_map the Newton iteration's
+            # Jacobian carries the mesh's sharding in its structure and lineax refuses
+            # every right-hand side whose structure differs ("pytree does not match
+            # out_structure")
+            self.devices = self.devices[:1]
         """Devices batched experiments are spread over (``JaxOptions.devices``)."""
         self._spread = False
         self.split_batches: dict[int, int] = {}

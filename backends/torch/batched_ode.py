@@ -72,6 +72,11 @@ def make_batched_solve(field: Field, options: SolveOptions, *,
     dense_tables: dict[tuple, torch.Tensor] = {}
 
     def solve(y0, t0, t1, ts, args):
+        if y0.shape[1] == 0:   # no states: nothing to integrate
+            E = y0.shape[0]
+            return (y0.new_zeros((E, ts.shape[1], 0)), y0,
+                    torch.ones(E, dtype=torch.bool, device=y0.device),
+                    torch.zeros(E, dtype=torch.int64, device=y0.device))
         coeffs = _stage_coefficients(tab, y0) if stacked_stages else None
         dense = None
         if dense_output:

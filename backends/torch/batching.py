@@ -48,7 +48,9 @@ def plan_batches(plan: SimulationPlan, options: TorchOptions,
     for e, exp in enumerate(plan.experiments):
         if not any(p.steady for p in periods[e]):
             by_p.setdefault(len(exp.periods), []).append(e)
-    size = len(plan.state_ids) * (1 + len(plan.state_ids) + n_p)
+    # entries (states and their sensitivities) per experiment; a model without states
+    # (only parameters and assignment rules) has none, and batches any number
+    size = max(1, len(plan.state_ids) * (1 + len(plan.state_ids) + n_p))
     most = (1 if not o.batch_experiments
             else max(1, FORWARD_BATCH_ENTRIES // size) if o.sensitivity == "forward"
             else len(plan.experiments))

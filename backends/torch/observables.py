@@ -46,7 +46,7 @@ def observables_and_noise(fns: Any, layout: TorchLayout, d: dict[str, torch.Tens
         idx = d[key]
         args = (t_m[idx], X[idx], TH[idx], *(o[idx] for o in outs_m))
         ys.append(fns.observables[i](*args, op[idx])[:, 0])
-        sigmas.append(fns.noise[i](*args, npar[idx])[:, 0])
+        sigmas.append(fns.noise[i](*args, op[idx], npar[idx])[:, 0])
     y = torch.cat(ys)[d["m_order"]] if ys else w.new_zeros((0,))
     sigma = torch.cat(sigmas)[d["m_order"]] if sigmas else w.new_zeros((0,))
     return y, sigma

@@ -70,6 +70,10 @@ def make_solve(field: Field, options: SolveOptions, *, loop: str = "python",
 
     def solve(y0, t0, t1, ts, args):
         n_out = ts.shape[0]
+        if y0.shape[0] == 0:   # no states: nothing to integrate (an error norm of
+            # no entries would be NaN and fail every step)
+            return (y0.new_zeros((n_out, 0)), y0, torch.ones((), dtype=torch.bool,
+                    device=y0.device), torch.zeros((), dtype=torch.int64, device=y0.device))
         coeffs = coefficients(tab, y0) if looped else None
         f0 = field(t0, y0, args)
         h0 = control.initial_step(field, t0, y0, f0, args)

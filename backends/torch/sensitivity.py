@@ -25,7 +25,7 @@ class _One:
     def split(ys, y1, ok, n_x, n):
         """``(x at ts, x1, S at ts, S1)``; ``S`` zero when the solve failed."""
         xs, x1 = ys[:, :n_x], y1[:n_x]
-        s_ts = ys[:, n_x:].reshape(-1, n_x, n)
+        s_ts = ys[:, n_x:].reshape(ys.shape[0], n_x, n)
         s1 = y1[n_x:].reshape(n_x, n)
         if not bool(ok):
             s_ts, s1 = torch.zeros_like(s_ts), torch.zeros_like(s1)

@@ -32,7 +32,7 @@ class StateBlocks:
         n_x = ys[0].shape[-1] if ys else 0
         for k, (y, theta) in enumerate(zip(ys, thetas)):
             N = y.shape[1]
-            self.x_blocks.append(y.reshape(-1, n_x))
+            self.x_blocks.append(y.reshape(y.shape[0] * N, n_x))
             self.th_blocks.append(theta)
             for i, e in enumerate(exps):
                 self.x_at[(e, k)] = self.rows_x + i * N

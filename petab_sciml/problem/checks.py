@@ -4,6 +4,7 @@ observables, network inputs/outputs and array inputs."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from petab_sciml.problem.context import ProblemContext
@@ -371,21 +372,34 @@ def check_observables(ctx: ProblemContext, sym: Symbols) -> None:
             ctx.issues.add("TABLE_DUPLICATE_ID", f"observableId {oid!r} appears twice (first "
                            f"on line {seen[oid]})", file=f, row=line, column="observableId")
         seen.setdefault(oid, line)
-        placeholders = set()
-        for column in ("observablePlaceholders", "noisePlaceholders"):
-            placeholders |= {p.strip() for p in row[column].split(";") if p.strip()}
-        for column in ("observableFormula", "noiseFormula"):
-            symbols = free_symbols(row[column])
+        formulas = {c: free_symbols(row[c]) for c in ("observableFormula", "noiseFormula")}
+        obs_ph = _placeholder_ids(row["observablePlaceholders"], "observableParameter", oid,
+                                  formulas["observableFormula"] | formulas["noiseFormula"])
+        noise_ph = _placeholder_ids(row["noisePlaceholders"], "noiseParameter", oid,
+                                    formulas["noiseFormula"])
+        # what evaluation resolves: the observable formula sees the observable's
+        # placeholders, the noise formula those, its own and the observable's id
+        allowed = {"observableFormula": obs_ph,
+                   "noiseFormula": obs_ph | noise_ph | {oid}}
+        for column, symbols in formulas.items():
             bad_nn = symbols & sym.nn_parameters
             if bad_nn:
                 ctx.issues.add("NN_PARAMETER_REFERENCED_OUTSIDE", f"network parameter id(s) "
                                f"{', '.join(sorted(bad_nn))} may only be used in the parameter "
                                "table", file=f, row=line, column=column)
-            unknown = sorted(s for s in symbols - known - placeholders
-                             if not s.startswith(("observableParameter", "noiseParameter")))
+            unknown = sorted(symbols - known - allowed[column])
             if unknown:
                 ctx.issues.add("OBSERVABLE_UNKNOWN_SYMBOL", f"unknown symbol(s) "
                                f"{', '.join(unknown)}", file=f, row=line, column=column)
+
+
+def _placeholder_ids(column: str, prefix: str, oid: str, symbols: set[str]) -> set[str]:
+    """The placeholders of an observable row as evaluation resolves them: the column's
+    list, else the symbols named ``<prefix><k>_<observableId>``."""
+    if column.strip():
+        return {p.strip() for p in column.split(";") if p.strip()}
+    pattern = re.compile(rf"^{prefix}\d+_{re.escape(oid)}$")
+    return {s for s in symbols if pattern.match(s)}
 
 
 # ---------------------------------------------------------------------- expressions

@@ -165,10 +165,7 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
             ext, cfg.extension_key = extensions[key], key
             break
     if cfg.extension_key is None:
-        issues.add("EXT_MISSING", "no SciML extension: expected extensions.sciml (or "
-                   "extensions.petab_sciml) with neural_networks", file=file,
-                   path="extensions")
-        return
+        return  # a plain PEtab v2 problem: no networks
     base = cfg.extension_path = f"extensions.{cfg.extension_key}"
     if not isinstance(ext, dict):
         issues.add("EXT_NEURAL_NETWORKS_MISSING", f"{base} must be a mapping with "
@@ -180,11 +177,11 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
         issues.add("EXT_LEGACY_SPELLING", "neural_nets is an older spelling of "
                    "neural_networks", file=file, path=f"{base}.neural_nets")
     nets = ext.get(nets_key) if nets_key else None
-    if not isinstance(nets, dict) or not nets:
-        issues.add("EXT_NEURAL_NETWORKS_MISSING", "neural_networks is required: a mapping of "
+    if nets is not None and not isinstance(nets, dict):
+        issues.add("EXT_NEURAL_NETWORKS_MISSING", "neural_networks must be a mapping of "
                    "network ids to {location, format, pre_initialization}", file=file,
                    path=f"{base}.{nets_key or 'neural_networks'}")
-    else:
+    elif nets:
         for net_id, entry in nets.items():
             cfg.networks[str(net_id)] = _network_entry(
                 str(net_id), entry, f"{base}.{nets_key}.{net_id}", issues, file)
@@ -193,7 +190,7 @@ def _read_extension(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str)
         issues.add("EXT_VERSION_MISSING", f"the extension's version is required (PEtab v2 "
                    f"extensions state the version they follow, e.g. version: "
                    f"{EXTENSION_VERSION}), got {version!r}", file=file, path=f"{base}.version")
-    if "hybridization_files" not in ext:
+    if "hybridization_files" not in ext and cfg.networks:
         issues.add("EXT_HYBRIDIZATION_FILES_MISSING", "hybridization_files is required",
                    file=file, path=f"{base}.hybridization_files")
     cfg.hybridization_files = _string_list(ext.get("hybridization_files"),

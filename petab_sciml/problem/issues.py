@@ -62,12 +62,12 @@ _RULE_LIST = [
          "the problem names, and every file read through it (the members of an NNEF "
          "folder), lies inside the problem's folder once symlinks are resolved; a file "
          "outside is refused before it is opened."),
-    Rule("EXT_MISSING", _E, "sciml", "The problem has a SciML extension section "
-         "(`extensions.sciml` or `extensions.petab_sciml`)."),
-    Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension has a non-empty "
-         "`neural_networks` mapping (`neural_nets` is accepted as an older spelling)."),
-    Rule("EXT_HYBRIDIZATION_FILES_MISSING", _E, "sciml", "The extension lists its "
-         "`hybridization_files`."),
+    Rule("EXT_NEURAL_NETWORKS_MISSING", _E, "sciml", "The extension's `neural_networks`, "
+         "when given, is a mapping of network ids (`neural_nets` is accepted as an older "
+         "spelling). A problem without the extension, or with it and no network, is a "
+         "plain PEtab v2 problem."),
+    Rule("EXT_HYBRIDIZATION_FILES_MISSING", _E, "sciml", "An extension with networks lists "
+         "its `hybridization_files`."),
     Rule("EXT_VERSION_MISSING", _E, "petab", "The extension section states the extension's "
          "`version` (a string; PEtab v2 requires it of every extension)."),
     Rule("EXT_LEGACY_SPELLING", _I, "tool", "An older spelling (`neural_nets`, `static`) was "

@@ -126,7 +126,18 @@ def _write(problem: Any, plan: Any, w: np.ndarray, folder: Path) -> None:
             raw[key] = [place(n) for n in raw[key]]
     raw["parameter_files"] = [place(n, parameter_table) for n in raw.get("parameter_files")
                               or []]
-    ext = raw["extensions"][cfg.extension_key]
+    if cfg.extension_key is not None:
+        _write_extension(raw["extensions"][cfg.extension_key], plan, w, folder, place,
+                         placed)
+    (folder / cfg.path.name).write_text(yaml.safe_dump(raw, sort_keys=False),
+                                        encoding="utf-8")
+
+
+def _write_extension(ext: dict, plan: Any, w: Any, folder: Path, place: Any,
+                     placed: dict[str, str]) -> None:
+    """The SciML extension's files placed in ``folder`` and the network parameter
+    values ``w`` written to a new array file listed in ``ext`` (a problem without the
+    extension has no network values to write)."""
     ext["hybridization_files"] = [place(n) for n in ext.get("hybridization_files") or []]
     nets_key = "neural_networks" if "neural_networks" in ext else "neural_nets"
     for entry in (ext.get(nets_key) or {}).values():
@@ -145,8 +156,6 @@ def _write(problem: Any, plan: Any, w: np.ndarray, folder: Path) -> None:
     write_array_file(folder / name, parameters={
         net_id: layers for net_id, layers in plan.unpack(w)["nets"].items() if layers})
     ext["array_files"] = [*kept, name]
-    (folder / cfg.path.name).write_text(yaml.safe_dump(raw, sort_keys=False),
-                                        encoding="utf-8")
 
 
 def _unique(name: str, taken: Any) -> str:

@@ -92,8 +92,8 @@ def experiment_periods(b: PlanBuilder) -> RawPeriods:
 @dataclass
 class ObservableTable:
     """The observable table as formulas: placeholders renamed ``__op<k>`` /
-    ``__np<k>`` (k-th placeholder of the row), noise formulas with the observable's own
-    id replaced by its formula."""
+    ``__np<k>`` (k-th placeholder of the row; noise formulas may use both kinds), noise
+    formulas with the observable's own id replaced by its formula."""
 
     ids: tuple[str, ...]
     obs_exprs: tuple[sympy.Expr, ...]
@@ -125,12 +125,14 @@ def observable_table(b: PlanBuilder) -> ObservableTable:
         formula = b.parse(row["observableFormula"], f"observable {oid}")
         noise_text = row["noiseFormula"] or "1"
         noise = b.parse(noise_text, f"observable {oid} noiseFormula")
-        op = _placeholders(row["observablePlaceholders"], formula, "observableParameter", oid)
+        op = _placeholders(row["observablePlaceholders"], formula + noise,
+                           "observableParameter", oid)
         np_ = _placeholders(row["noisePlaceholders"], noise, "noiseParameter", oid)
-        formula = formula.xreplace({sympy.Symbol(n): sympy.Symbol(f"__op{k}")
-                                    for k, n in enumerate(op)})
-        noise = noise.xreplace({sympy.Symbol(n): sympy.Symbol(f"__np{k}")
-                                for k, n in enumerate(np_)})
+        op_names = {sympy.Symbol(n): sympy.Symbol(f"__op{k}") for k, n in enumerate(op)}
+        formula = formula.xreplace(op_names)
+        # a noise formula may use the observable's placeholders as well as its own
+        noise = noise.xreplace({**op_names, **{sympy.Symbol(n): sympy.Symbol(f"__np{k}")
+                                               for k, n in enumerate(np_)}})
         # a noise formula may refer to the observable itself
         noise = noise.xreplace({sympy.Symbol(oid): formula})
         codes.append(_noise_model(row, where, b))

@@ -23,7 +23,7 @@ class CompiledFormulas:
     observables: list[Any]
     """Per observable: ``f(t, x, theta, *o, obs_pars) -> (value,)``."""
     noise: list[Any]
-    """Per observable: ``f(t, x, theta, *o, noise_pars) -> (sigma,)``.
+    """Per observable: ``f(t, x, theta, *o, observable_pars, noise_pars) -> (sigma,)``.
 
     Each observable is evaluated on its own measurements only, so a formula never sees
     another observable's placeholders (or their NaN padding) and contributes no NaN
@@ -49,5 +49,5 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
                     for n in plan.networks],
         observables=[comp([e], [*groups, op], f"observable_{i}")
                      for i, e in enumerate(plan.obs_exprs)],
-        noise=[comp([e], [*groups, np_], f"noise_{i}") for i, e in enumerate(plan.noise_exprs)],
+        noise=[comp([e], [*groups, op, np_], f"noise_{i}") for i, e in enumerate(plan.noise_exprs)],
     )
