@@ -8,7 +8,14 @@ import sys
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.problem import load_problem
 
-options = {k: int(v) if v.isdigit() else v for k, v in (a.split("=", 1) for a in sys.argv[3:])}
+def _value(text):
+    """An option's value: an integer, ``true`` / ``false``, else the text."""
+    if text.isdigit():
+        return int(text)
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+options = {k: _value(v) for k, v in (a.split("=", 1) for a in sys.argv[3:])}
 try:
     problem = load_problem(sys.argv[1], backend=sys.argv[2])
 except PetabSciMLError as exc:
