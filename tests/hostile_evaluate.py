@@ -8,6 +8,7 @@ import sys
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.problem import load_problem
 
+
 def _value(text):
     """An option's value: an integer, ``true`` / ``false``, else the text."""
     if text.isdigit():
