@@ -43,14 +43,16 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
         trust_code: bool, as_json: bool) -> None:
     """Train PROBLEM from several starts and write the best one as a PEtab problem.
 
-    Ctrl-C stops every start at its next step, writes checkpoints and exits; rerun with
-    --resume to continue (the result equals an uninterrupted run with the same seed).
+    Ctrl-C, SIGTERM and SIGHUP stop every start at its next step, write checkpoints and
+    exit (130, 143, 129); rerun with --resume to continue (the result equals an
+    uninterrupted run with the same seed).
     """
     from rich.console import Console
 
     from petab_sciml.errors import PetabSciMLError
     from petab_sciml.fit import fit as run_fit
     from petab_sciml.fit import print_summary
+    from petab_sciml.fit.signals import FitSignalled
 
     err = Console(stderr=True)
     try:
@@ -59,6 +61,10 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
                          in_process=in_process, n_workers=workers, batch=batch, resume=resume,
                          force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
                          trust_code=trust_code, progress=not as_json, console=err)
+    except FitSignalled as exc:
+        err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "
+                  f"continue with the same command and --resume[/yellow]")
+        sys.exit(exc.exit_status)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted: checkpoints are in {out / 'checkpoints'}; continue "
                   f"with the same command and --resume[/yellow]")

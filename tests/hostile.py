@@ -5,8 +5,8 @@ valid PEtab SciML problem written here, so the corpus depends on nothing else in
 repository), and says what must happen when a command runs on it: the exit status, the
 issue code and the location that the output must name, and which paths may change.
 ``tests/test_hostile_inputs.py`` runs each command in a subprocess and checks that, plus
-no traceback, at most 5 s of CPU time and 500 MB peak memory, and that nothing outside
-the allowed paths changed.
+no traceback, its CPU time, wall time and peak memory budgets (by default 5 s, 60 s and
+500 MB), and that nothing outside the allowed paths changed.
 
 A case is a function ``build(root) -> [Run, ...]`` registered with :func:`case`.
 """
@@ -41,6 +41,12 @@ class Run:
     """Paths (relative to the root) that may change; everything else must not."""
     check: Callable[[Path], None] | None = None
     """More assertions on the root after the run."""
+    cpu_s: float = 5.0
+    """CPU time budget (user + system) of the command."""
+    wall_s: float = 60.0
+    """Wall time after which the command counts as hung."""
+    peak_mb: float = 500.0
+    """Peak memory budget (with the CPU wheel of torch; see ``test_hostile_inputs``)."""
 
 
 CASES: dict[str, tuple[str, Callable[[Path], list[Run]]]] = {}
@@ -758,3 +764,107 @@ def _(root):
     (root / "cut.tgz").write_bytes(data[: len(data) // 2])
     return [Run([*CLI, "convert", str(root / "cut.tgz"), str(root / "o.yaml")], 1,
                 ["cut.tgz", "not a readable archive"])]
+
+
+# ----------------------------------------------------------------------- issue 31: faults
+EVALUATE = [sys.executable, str(Path(__file__).with_name("hostile_evaluate.py"))]
+SOLVE_FAILED = ("ok=False value=inf reason=an ODE solve failed (more than max_steps steps, "
+                "a collapsed step size or a non-finite state)")
+EVALUATION_BUDGET = dict(cpu_s=30.0, wall_s=120.0, peak_mb=1000.0)
+"""One evaluation: importing a backend, loading, compiling (JAX) and solving."""
+
+
+@case("noise_formula_zero", "a noiseFormula 0 gives value = nan with ok = True")
+def _(root):
+    problem = _formula(root, "observables.tsv", "prey_obs\tprey\t0.05", "prey_obs\tprey\t0")
+    return both(problem, ["NOISE_VALUE_INVALID", "observables.tsv", "row 2",
+                          "column noiseFormula"])
+
+
+@case("noise_formula_negative", "a noiseFormula -0.1 gives value = nan with ok = True")
+def _(root):
+    problem = _formula(root, "observables.tsv", "predator_obs\tpredator\t0.05",
+                       "predator_obs\tpredator\t-0.1")
+    return both(problem, ["NOISE_VALUE_INVALID", "observables.tsv", "row 3",
+                          "column noiseFormula"])
+
+
+@case("noise_parameters_negative",
+      "a numeric noiseParameters entry <= 0 (the whole noise formula) passes validate")
+def _(root):
+    problem = _formula(root, "observables.tsv", "prey_obs\tprey\t0.05",
+                       "prey_obs\tprey\tnoiseParameter1_prey_obs")
+    table = problem.parent / "measurements.tsv"
+    lines = table.read_text().splitlines()
+    lines = [lines[0] + "\tnoiseParameters", lines[1] + "\t0.1", lines[2] + "\t-0.2",
+             *(line + "\t" for line in lines[3:])]
+    table.write_text("\n".join(lines) + "\n")
+    return both(problem, ["NOISE_VALUE_INVALID", "measurements.tsv", "row 3",
+                          "column noiseParameters"])
+
+
+@case("log_normal_measurement_zero",
+      "a log-normal observable with a zero or negative measurement gives NaN")
+def _(root):
+    problem = _formula(root, "observables.tsv", "prey_obs\tprey\t0.05\tlin\tnormal",
+                       "prey_obs\tprey\t0.05\tlin\tlog-normal")
+    edit(problem.parent / "measurements.tsv", "prey_obs\texp1\t0.9\t2", "prey_obs\texp1\t0\t2")
+    return both(problem, ["MEASUREMENT_VALUE_INVALID", "measurements.tsv", "row 3",
+                          "column measurement"])
+
+
+@case("log10_laplace_measurement_negative", "... and on the log10 scale (Laplace)")
+def _(root):
+    problem = _formula(root, "observables.tsv", "prey_obs\tprey\t0.05\tlin\tnormal",
+                       "prey_obs\tprey\t0.05\tlog10\tlaplace")
+    edit(problem.parent / "measurements.tsv", "prey_obs\texp1\t0.5\t1",
+         "prey_obs\texp1\t-0.5\t1")
+    return both(problem, ["MEASUREMENT_VALUE_INVALID", "measurements.tsv", "row 2",
+                          "column measurement"])
+
+
+@case("noise_parameter_negative_at_run_time",
+      "a noise formula of parameters that is <= 0: ok = False with the reason, both backends")
+def _(root):
+    from tests.hostile_solves import runtime_noise_problem
+
+    problem = runtime_noise_problem(root, "-0.1")
+    expect = ["ok=False value=inf reason=noise standard deviation <= 0", "rows 1, 2;"]
+    return [Run([*CLI, "validate", str(problem)], 0, ["valid"]),
+            *(Run([*EVALUATE, str(problem), backend], 1, expect, **EVALUATION_BUDGET)
+              for backend in ("jax", "torch"))]
+
+
+def _failing_solve(problem: Path) -> list[Run]:
+    """JAX and PyTorch on ``problem`` with the same step budget: both fail alike."""
+    return [Run([*EVALUATE, str(problem), backend, "max_steps=3000"], 1, [SOLVE_FAILED],
+                **EVALUATION_BUDGET) for backend in ("jax", "torch")]
+
+
+@case("solve_stiff", "a stiff problem: JAX stops at max_steps, PyTorch ran past 300 s")
+def _(root):
+    from tests.hostile_solves import stiff_problem
+
+    return _failing_solve(stiff_problem(root))
+
+
+@case("solve_time_1e9", "a measurement time of 1e9: the same")
+def _(root):
+    from tests.hostile_solves import long_horizon_problem
+
+    return _failing_solve(long_horizon_problem(root))
+
+
+def _checkpoint_written(root: Path) -> None:
+    assert (root / "fit" / "checkpoints" / "start_0000.pt").is_file()
+
+
+@case("fit_sigterm", "SIGTERM during fit (timeout -s TERM) dies without a checkpoint")
+def _(root):
+    problem = make_problem(root)
+    fit = [*CLI, "fit", str(problem), "--backend", "torch", "--starts", "1", "--steps",
+           "1000000", "--checkpoint-every", "1000000", "--out", str(root / "fit"),
+           "--no-plots"]
+    return [Run(["timeout", "--preserve-status", "-s", "TERM", "20", *fit], 143,
+                ["stopped by SIGTERM", "--resume"], changes=["fit"],
+                check=_checkpoint_written, cpu_s=40.0, wall_s=90.0, peak_mb=1000.0)]

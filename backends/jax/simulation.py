@@ -141,7 +141,8 @@ class JaxExecutor:
     def evaluate(self, w, theta0, data, train: bool = False, key=None):
         """Everything at parameter vector ``w``: a dict with ``value`` (negative
         log-posterior), ``llh``, ``logprior``, ``simulations`` (measurement order),
-        ``sigma`` and ``ok`` (all solves succeeded).  Pure; jit it.
+        ``sigma``, ``solved`` (all solves succeeded) and ``ok`` (solved, every ``sigma``
+        > 0 and a finite log-likelihood; ``value`` is ``inf`` otherwise).  Pure; jit it.
 
         ``train`` (with a PRNG ``key``): networks evaluated outside the ODE (before it and
         in observables) run in training mode with that key.  Networks inside the
@@ -176,11 +177,13 @@ class JaxExecutor:
                                          w.dtype)
         llh = log_likelihood_sum(self.llh_groups, data, y, sigma, w.dtype)
         logprior = log_prior_sum(plan, w, data)
-        ok = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
+        solved = jnp.all(jnp.stack(ok_all)) if ok_all else jnp.asarray(True)
+        # a noise sd <= 0 (or NaN) or a log of a value <= 0 fails like a solve
+        ok = solved & jnp.all(sigma > 0) & jnp.isfinite(llh)
         value = -(llh + logprior)
         value = jnp.where(ok, value, jnp.inf)
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
-                "sigma": sigma, "ok": ok}
+                "sigma": sigma, "ok": ok, "solved": solved}
 
     def _period_solver(self, pre_ids: list[int], n_theta: int, nets: Any) -> Any:
         """``solve(x0, theta, outs, arrays, t0, t1, ts) -> (x(ts), x(t1), ok)`` of one

@@ -136,8 +136,9 @@ class TorchExecutor:
     # ------------------------------------------------------------------ objective
     def evaluate(self, w: torch.Tensor) -> dict[str, Any]:
         """Everything at parameter vector ``w`` (a tensor; gradients flow to it): ``value``
-        (negative log-posterior, ``inf`` if a solve failed), ``llh``, ``logprior``,
-        ``simulations`` (measurement order), ``sigma`` and ``ok``."""
+        (negative log-posterior, ``inf`` unless ``ok``), ``llh``, ``logprior``,
+        ``simulations`` (measurement order), ``sigma``, ``solved`` (all solves succeeded)
+        and ``ok`` (solved, every ``sigma`` > 0 and a finite log-likelihood)."""
         plan = self.plan
         d = self.tensors(w)
         self.networks.sync_modes()
@@ -153,9 +154,12 @@ class TorchExecutor:
         y, sigma = observables_and_noise(self.fns, self.layout, d, X, TH, outs_m, w)
         llh = log_likelihood_sum(self.layout, d, y, sigma, w)
         logprior = log_prior_sum(plan, d, w)
+        solved = ok
+        # a noise sd <= 0 (or NaN) or a log of a value <= 0 fails like a solve
+        ok = solved & torch.all(sigma > 0) & torch.isfinite(llh)
         value = torch.where(ok, -(llh + logprior), w.new_tensor(float("inf")))
         return {"value": value, "llh": llh, "logprior": logprior, "simulations": y,
-                "sigma": sigma, "ok": ok}
+                "sigma": sigma, "ok": ok, "solved": solved}
 
     def _groups(self, w, d, params, arrays_all):
         """Per condition group, its constants ``theta`` (the mechanistic parameters of

@@ -9,7 +9,8 @@ computation; in PyTorch each start is a task.  Tasks run in this process (one st
 ``in_process=True``) or on Dask distributed (:mod:`.engine`).  Into ``out`` go
 ``results.h5`` (:mod:`.results`), the best start as a complete PEtab SciML problem
 (``best/``), PNG plots (:mod:`.plots`), ``fit.json`` (the settings) and the checkpoints
-that ``resume=True`` continues from.  See ``docs/fit.md``.
+that ``resume=True`` continues from.  Ctrl-C, SIGTERM and SIGHUP stop every start with a
+checkpoint (:mod:`.signals`).  See ``docs/fit.md``.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     display = _Progress(starts, steps, console, enabled=progress)
     local = in_process or starts == 1
     t0 = time.perf_counter()
-    with display:
+    from petab_sciml.fit.signals import stop_signals_interrupt
+
+    with stop_signals_interrupt(), display:
         if local:
             from petab_sciml.fit.engine import run_in_process
 

@@ -73,16 +73,20 @@ def connect(client: Any = None, scheduler: str | None = None, n_workers: int | N
         return client, None
     if scheduler:
         return Client(scheduler, timeout="20s"), None
+    from petab_sciml.fit.signals import children_ignore_stop_signals
+
     n = n_workers or max(1, min(os.cpu_count() or 1, 4))
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40)
+    with children_ignore_stop_signals():
+        # the fit's process stops the workers on SIGTERM / SIGHUP (they checkpoint)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=40)
     return Client(cluster), cluster
 
 
 def run_on_dask(tasks: list[FitTask], client: Any, progress: Progress,
                 stop_timeout_s: float = 120.0) -> list[StartResult]:
-    """Submit every task; on Ctrl-C ask the workers to stop (they checkpoint), then
-    re-raise ``KeyboardInterrupt``."""
+    """Submit every task; on Ctrl-C (or SIGTERM / SIGHUP, :mod:`.signals`) ask the
+    workers to stop (they checkpoint), then re-raise the ``KeyboardInterrupt``."""
     from distributed import Event, wait
 
     run_id = tasks[0].run_id

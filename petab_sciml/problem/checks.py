@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from petab_sciml.problem.context import ProblemContext
 from petab_sciml.problem.expressions import CONSTANTS, free_symbols
+from petab_sciml.problem.noise_checks import check_noise_values
 from petab_sciml.problem.parameters import ParameterTables
 from petab_sciml.problem.shape_checks import check_network_shapes
 from petab_sciml.problem.tables import ID_RE, parse_float
@@ -71,6 +72,7 @@ def run_checks(ctx: ProblemContext, params: ParameterTables) -> Symbols:
     check_observables(ctx, sym)
     check_expressions(ctx)
     check_measurements(ctx)
+    check_noise_values(ctx)
     check_network_ids(ctx, sym, hyb, cond_targets)
     check_network_shapes(ctx)
     return sym

@@ -252,7 +252,11 @@ _RULE_LIST = [
     Rule("MEASUREMENT_OBSERVABLE_UNKNOWN", _E, "petab", "Measurements use defined observables."),
     Rule("MEASUREMENT_EXPERIMENT_UNKNOWN", _E, "petab", "Measurements use defined experiments."),
     Rule("MEASUREMENT_VALUE_INVALID", _E, "petab", "`measurement` is a finite number and "
-         "`time` a number that is not NaN (`time` may be `inf`, not `-inf`)."),
+         "`time` a number that is not NaN (`time` may be `inf`, not `-inf`); a measurement "
+         "of a log-scale observable is > 0."),
+    Rule("NOISE_VALUE_INVALID", _E, "petab", "Noise standard deviations (or scales) known "
+         "before simulation are > 0: a numeric `noiseFormula`, and a numeric "
+         "`noiseParameters` entry that is the whole noise formula of its observable."),
     Rule("EXPERIMENT_CONDITION_UNKNOWN", _E, "petab", "Experiment conditions are defined in a "
          "condition table (or, for array inputs, in an array file)."),
     Rule("EXPERIMENT_TIME_INVALID", _E, "petab", "Experiment period start times are numbers."),

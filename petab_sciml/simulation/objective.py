@@ -46,6 +46,10 @@ class Evaluation:
     """Gradient with respect to the free parameters (``plan.free_index`` order)."""
     sigma: np.ndarray | None = field(default=None, repr=False)
     """Noise parameter (standard deviation or scale) per measurement, table order."""
+    reason: str = ""
+    """Why :attr:`ok` is False (empty when it is True): a failed ODE solve, a noise
+    standard deviation <= 0 (the measurement rows named) or a log-likelihood that is not
+    finite."""
 
     @property
     def log_posterior(self) -> float:
@@ -146,6 +150,8 @@ class Simulator:
                         bool(_np(out["ok"])))
         if "sigma" in out:
             ev.sigma = np.asarray(_np(out["sigma"]), np.float64)
+        if not ev.ok:
+            ev.reason = failure_reason(_np(out.get("solved", False)), ev.sigma, ev.llh)
         if g is not None:
             g = np.asarray(_np(g), np.float64)
             if self.plan.all_free:
@@ -197,3 +203,21 @@ def simulator_for(problem: Any, backend: str | None = None, **options: Any) -> S
         except AttributeError:  # pragma: no cover
             pass
     return Simulator(plan, backend or getattr(problem, "backend_name", "jax"), **options)
+
+
+def failure_reason(solved: Any, sigma: np.ndarray | None, llh: float) -> str:
+    """Why an evaluation is not ok: its ``solved`` flag, noise ``sigma`` per measurement
+    (table order) and log-likelihood ``llh``."""
+    if not bool(solved):
+        return ("an ODE solve failed (more than max_steps steps, a collapsed step size or a "
+                "non-finite state)")
+    if sigma is not None:
+        bad = np.flatnonzero(~(sigma > 0))
+        if bad.size:
+            rows = ", ".join(str(int(i) + 1) for i in bad[:5]) + (", ..." if bad.size > 5
+                                                                  else "")
+            first = float(sigma[bad[0]])
+            return (f"noise standard deviation <= 0 or NaN at {bad.size} measurement(s) "
+                    f"(measurement-table data rows {rows}; first value {first!r})")
+    return (f"the log-likelihood is {float(llh)!r} (a log-scale observable simulated <= 0, "
+            "or a non-finite simulation)")
