@@ -51,8 +51,12 @@ def _agree(batched, unbatched) -> None:
 def test_suite_case_batched_equals_unbatched(case_path):
     from petab_sciml.testcases import evaluate_problem_case
 
-    case, sim, batched = _evaluate(case_path, "jax")
-    assert sim.executor.options.batch_experiments
+    case, sim, _ = _evaluate(case_path, "jax")
+    # batch_experiments=True: one vmap even where the default solves small batches of
+    # reverse mode one after another
+    bsim, batched = evaluate_problem_case(case, "jax", batch_experiments=True,
+                                          sensitivity=sim.executor.sensitivity)
+    assert bsim.executor.batched
     _, unbatched = evaluate_problem_case(case, "jax", batch_experiments=False,
                                          sensitivity=sim.executor.sensitivity)
     _agree(batched, unbatched)

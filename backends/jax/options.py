@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 FORWARD_MODE_MAX = 512
 """``sensitivity="auto"`` uses forward sensitivities up to this many parameters (entries of
-``theta`` and network arrays) times experiments solved in one batch, reverse mode above."""
+``theta`` and network arrays) times experiments solved in one batch, reverse mode above
+(forward sensitivities also for networks inside the right-hand side: their error
+control keeps the gradient accurate across the network's kinks, see docs/simulation.md)."""
 
 BATCHED_CHECKPOINTS = 64
 """Reverse mode's default checkpoints when experiments are solved in batches (``vmap``).
@@ -15,6 +17,14 @@ Every checkpoint holds the loop state of the whole batch (states, outputs saved 
 on every call, so fewer checkpoints than diffrax's default save that memory traffic;
 experiments that take more steps than this recompute steps.  Results are the same bit
 for bit: checkpoints only decide what is recomputed."""
+
+SEQUENTIAL_BATCH_MAX = 4
+"""With ``batch_experiments=None`` (default), batches of up to this many experiments
+are solved one after another (``lax.map``) instead of as one ``vmap``: a batched
+``while_loop`` selects every entry of the solver's loop state (and its checkpoints) on
+every step, which costs more than a few sequential solves; larger batches share the
+network's products across experiments and stay batched.  Results are the same up to
+round-off either way (:mod:`.stage_sums`)."""
 
 SENSITIVITIES = ("auto", "forward", "forward-ad", "reverse", "adjoint")
 SOLVERS = ("tsit5", "dopri5", "dopri8", "kvaerno3", "kvaerno4", "kvaerno5")
@@ -34,9 +44,11 @@ class JaxOptions:
     state (states, step-size controller, outputs saved so far), never the network's
     arrays: with few states, memory does not depend on this number or on the network's
     size (see docs/simulation.md); fewer checkpoints than steps recompute steps."""
-    batch_experiments: bool = True
-    """Solve experiments of the same structure as one batched (``vmap``) solve; False
-    solves them one after another (``lax.map``): the unbatched reference path."""
+    batch_experiments: bool | None = None
+    """True: solve experiments of the same structure as one batched (``vmap``) solve;
+    False: one after another (``lax.map``), the unbatched reference path; None
+    (default): batched, except batches of up to :data:`SEQUENTIAL_BATCH_MAX`
+    experiments (:meth:`resolved_batching`)."""
     summed_weight_cotangents: bool = True
     """Reverse mode: the cotangents of network weights and biases (``ops.linear``)
     that all experiments of a batched solve share are summed over the batch as one
@@ -66,15 +78,23 @@ class JaxOptions:
                 return "reverse"
             # forward sensitivities cost n_p tangents per experiment and step, reverse
             # mode a fixed tape overhead: with many experiments batched, reverse wins
-            n_batch = n_batch if self.batch_experiments else 1
+            n_batch = n_batch if self.batch_experiments is not False else 1
             return "forward" if n_parameters * n_batch <= FORWARD_MODE_MAX else "reverse"
         return self.sensitivity
 
-    def resolved_checkpoints(self, n_batch: int) -> int | None:
+    def resolved_batching(self, n_batch: int) -> bool:
+        """Whether experiments of one structure are solved as one batched (``vmap``)
+        solve: :attr:`batch_experiments` when set, else True unless the largest batch
+        has at most :data:`SEQUENTIAL_BATCH_MAX` experiments (``n_batch``)."""
+        if self.batch_experiments is not None:
+            return bool(self.batch_experiments)
+        return n_batch > SEQUENTIAL_BATCH_MAX
+
+    def resolved_checkpoints(self, n_batch: int, batched: bool = True) -> int | None:
         """Checkpoints of reverse mode: :attr:`checkpoints`, else
         :data:`BATCHED_CHECKPOINTS` when ``n_batch`` (the most experiments solved
-        together) > 1 experiments are solved in batches, else None (diffrax's
-        default)."""
-        if self.checkpoints is None and self.batch_experiments and n_batch > 1:
+        together) > 1 experiments are solved in batches (``batched``: resolved
+        :meth:`resolved_batching`), else None (diffrax's default)."""
+        if self.checkpoints is None and batched and n_batch > 1:
             return BATCHED_CHECKPOINTS
         return self.checkpoints

@@ -99,7 +99,10 @@ class JaxExecutor:
         n_batch = largest_batch(plan)
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w, n_batch)
-        self.checkpoints = self.options.resolved_checkpoints(n_batch)
+        self.batched = self.options.resolved_batching(n_batch)
+        """Experiments of one structure solved as one ``vmap`` (``JaxOptions.
+        batch_experiments``, resolved)."""
+        self.checkpoints = self.options.resolved_checkpoints(n_batch, self.batched)
         """Checkpoints of reverse mode (``JaxOptions.checkpoints``, resolved)."""
         self.devices = experiment_devices(self.options.devices)
         if self.options.solver.lower().startswith("kvaerno"):
@@ -114,7 +117,7 @@ class JaxExecutor:
         """Batches (index into :attr:`batches`) split over devices at the last trace of
         the objective, and into how many shares."""
         self.compiler_options = compiler_options(
-            plan.n_w, self.sensitivity, n_batch if self.options.batch_experiments else 1)
+            plan.n_w, self.sensitivity, n_batch if self.batched else 1)
         """XLA options of the compiled objective (:func:`.xla_options.compiler_options`)."""
         self.steady_state = any(p.steady_state for e in plan.experiments for p in e.periods)
         """Some period runs to steady state (the solves then carry a steady-state event)."""
@@ -217,7 +220,7 @@ class JaxExecutor:
         from .devices import shares
 
         n_x = len(self.plan.state_ids)
-        batched = self.options.batch_experiments
+        batched = self.batched
         xs_all, th_all, ok_all = [], [], []
         for b, (P, exps, _) in enumerate(self.batches):
             experiment = experiment_solver(P, groups, self.fns.x0, change, solve, empty_outs)

@@ -63,8 +63,9 @@ class Simulator:
     (``tsit5``, ``dopri5``, ``dopri8``, ``kvaerno3/4/5`` for stiff models), ``rtol``,
     ``atol``, ``max_steps``,
     ``sensitivity`` (``auto``, ``forward``, ``reverse``, ``adjoint``),
-    ``batch_experiments`` (default True: experiments of one structure in one vmapped
-    solve; False: one after another), ``summed_weight_cotangents`` (reverse mode,
+    ``batch_experiments`` (True: experiments of one structure in one vmapped solve;
+    False: one after another; JAX default None: batched above 4 experiments, PyTorch
+    default True), ``summed_weight_cotangents`` (reverse mode,
     default True: cotangents of network weights shared by a batch summed as one
     product; False: JAX's own rules), ``devices`` (batches of experiments split over
     this many JAX devices, default all: one per CPU core unless the user set JAX's
