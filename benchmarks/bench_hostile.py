@@ -1,6 +1,6 @@
 """Time and memory of every command of the hostile-input corpus.
 
-For each run of ``tests/hostile.py``: wall time, CPU time and peak memory of the command
+For each run of ``tests/support/hostile.py``: wall time, CPU time and peak memory of the command
 (a fresh process), with the ratio of wall time to the same command on the valid base
 problem measured in this run (``validate`` and ``load_problem``).  Targets: every run
 within 5 s and 500 MB.
@@ -17,8 +17,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.hostile import CASES, CLI, LOAD, make_problem  # noqa: E402
-from tests.test_hostile_inputs import run_measured  # noqa: E402
+from tests.security.test_hostile_inputs import run_measured  # noqa: E402
+from tests.support.hostile import CASES, CLI, LOAD, make_problem  # noqa: E402
 
 
 def main(names: list[str]) -> int:
