@@ -19,8 +19,8 @@ import pytest
 from petab_sciml.confine import CODE, OutsideFolderError, check_confined, confined
 from petab_sciml.problem import load_problem, validate_problem
 from petab_sciml.problem.loader import ProblemError
-from tests.security.test_hostile_inputs import check_run
 from tests.support.hostile import CLI, Run, edit, make_problem
+from tests.support.measure import check_run
 
 SECRET = "SECRET_COLUMN_NAME"
 

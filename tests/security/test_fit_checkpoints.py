@@ -28,8 +28,8 @@ from petab_sciml.errors import PetabSciMLError
 from petab_sciml.fit import fit
 from petab_sciml.fit.artifacts import ArtifactError
 from petab_sciml.fit.results import FitResult
-from tests.security.test_hostile_inputs import changed, snapshot
 from tests.support.hostile import edit, make_problem
+from tests.support.measure import changed, snapshot
 from tests.support.suite import REPO
 
 SETTINGS = dict(starts=1, steps=1, in_process=True, plots=False, progress=False)
