@@ -24,6 +24,7 @@ from make_example import TRUE  # noqa: E402
 from report import network_term_rms  # noqa: E402
 
 
+@pytest.mark.slow
 def test_best_start_recovers_the_example(tmp_path):
     result = fit(EXAMPLE / "problem.yaml", starts=4, steps=1000, lr=0.02, in_process=True,
                  out=tmp_path / "fit", progress=False)

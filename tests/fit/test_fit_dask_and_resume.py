@@ -108,6 +108,7 @@ def _assert_same(a: FitResult, b: FitResult) -> None:
         np.testing.assert_allclose(rb.trace, ra.trace, rtol=1e-10, atol=0)
 
 
+@pytest.mark.slow
 def test_in_process_local_cluster_and_scheduler_agree(in_process, tmp_path, jax_cache):
     assert np.isfinite(in_process.objectives).all()
     # every start improved on its start point
@@ -128,6 +129,7 @@ def test_in_process_local_cluster_and_scheduler_agree(in_process, tmp_path, jax_
     _assert_same(in_process, FitResult.load(tmp_path / "dask" / "results.h5"))
 
 
+@pytest.mark.slow
 def test_one_start_needs_no_dask(tmp_path, monkeypatch, jax_cache):
     monkeypatch.setitem(sys.modules, "distributed", None)
     result = fit(EXAMPLE, starts=1, steps=2, out=tmp_path / "one", plots=False,
@@ -135,6 +137,7 @@ def test_one_start_needs_no_dask(tmp_path, monkeypatch, jax_cache):
     assert result.best.steps == 2 and np.isfinite(result.best.value)
 
 
+@pytest.mark.slow
 def test_interrupted_then_resumed_equals_uninterrupted(in_process, tmp_path, monkeypatch):
     from petab_sciml import fit as fit_module
 
@@ -162,6 +165,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(in_process, tmp_path, mon
     _assert_same(in_process, resumed)
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_exits_cleanly_then_resume_finishes(tmp_path, jax_cache):
     out = tmp_path / "cli"
     cmd = [str(BIN / "petab-sciml"), "fit", str(EXAMPLE), "--out", str(out), "--starts", "2",
@@ -261,6 +265,7 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         assert files[name].stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_torch_fit_follows_torch_optim(tmp_path):
     pytest.importorskip("torch")
     import torch

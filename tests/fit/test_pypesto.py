@@ -187,6 +187,7 @@ def test_start_bounds_are_checked(problem) -> None:
 
 
 # ------------------------------------------------------------------------------ optimize
+@pytest.mark.slow
 def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -> None:
     import matplotlib
 

@@ -70,6 +70,7 @@ def test_skip_list_is_small_and_real():
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.slow
 def test_backend_data_case(case: Path):
     if case.name in SKIPS:
         with pytest.raises(Exception, match="Gather"):

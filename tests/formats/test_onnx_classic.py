@@ -29,6 +29,7 @@ TOL = 1e-4
 
 @pytest.mark.skipif(not light_dir().is_dir(), reason="the onnx wheel has no light models")
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1"])
+@pytest.mark.slow
 def test_classic_zoo_model_matches_onnxruntime(name: str) -> None:
     model = classic_model(name)
     assert model.ir_version == 3 and model.opset_import[0].version == 9

@@ -209,6 +209,7 @@ def close(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.mark.skipif(GENERATE is None, reason="test_cases/generate.py not found")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.slow
 def test_pytorch_export_imports(case: Any, tmp_path: Path):
     module, inputs = GENERATE.build(case, 1)
     module = copy.deepcopy(module).eval()

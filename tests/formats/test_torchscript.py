@@ -315,6 +315,7 @@ def _archive_jobs(folder: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
 @pytest.mark.skipif(GENERATE is None, reason="test_cases/generate.py not found")
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", [c for _, c in CASES], ids=[c.name for _, c in CASES])
+@pytest.mark.slow
 def test_case_through_torchscript(case: Any, kind: str, lifted: dict[str, Any]) -> None:
     key = f"{case.name}:{kind}"
     if key in lifted["failures"]:

@@ -91,6 +91,7 @@ def test_readme_has_python_and_cli_blocks():
 
 
 @pytest.mark.parametrize(("code", "marker"), python_blocks())
+@pytest.mark.slow
 def test_python_block_runs(code, marker, scratch, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("jax")

@@ -209,6 +209,7 @@ def test_compile_torch(points):
     np.testing.assert_allclose(out32.numpy(), ref, rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_compile_jax(points):
     jax = pytest.importorskip("jax")
     x, p, t, ref = points

@@ -513,6 +513,7 @@ def _measurement_times(case: str) -> np.ndarray:
 
 
 @requires_suite
+@pytest.mark.slow
 def test_suite_lv_simulation_diffrax_torchdiffeq_vs_scipy():
     case = "001"  # the network-in-RHS variant (v4 = gamma); 002's model is used below
     scipy_integrate = pytest.importorskip("scipy.integrate")
@@ -587,6 +588,7 @@ def test_suite_hybridization_targets_on_lv():
 
 
 @requires_suite
+@pytest.mark.slow
 def test_suite_lv_gradients_through_solvers_match_finite_differences():
     """d(sum of states at the measurement times)/dp, x0 included, vs scipy central FD."""
     scipy_integrate = pytest.importorskip("scipy.integrate")

@@ -104,6 +104,7 @@ def _torch_save(path: Path, data) -> None:
     torch.save(data, path)
 
 
+@pytest.mark.slow
 def test_torch_resume_of_an_untouched_checkpoint_works(problem, torch_fit, tmp_path):
     out = _copy(torch_fit, tmp_path)
     result = fit(problem, backend="torch", out=out, resume=True,
@@ -128,6 +129,7 @@ def test_torch_pickle_bomb_is_refused_unrun(problem, torch_fit, tmp_path, where)
     _refused(problem, out, "torch", str(path), "system")
 
 
+@pytest.mark.slow
 def test_torch_cli_resume_on_a_bomb_exits_1_unrun(problem, torch_fit, tmp_path):
     out = _copy(torch_fit, tmp_path)
     path, _ = _torch_checkpoint(out)
@@ -228,6 +230,7 @@ def _npz(out: Path) -> tuple[Path, dict[str, np.ndarray]]:
         return path, {k: z[k] for k in z.files}
 
 
+@pytest.mark.slow
 def test_jax_resume_of_an_untouched_checkpoint_works(problem, jax_fit, tmp_path):
     out = _copy(jax_fit, tmp_path)
     result = fit(problem, backend="jax", out=out, resume=True, **{**SETTINGS, "steps": 2})
@@ -329,6 +332,7 @@ def test_fit_folder_links_and_damaged_settings_are_refused(problem, jax_fit, tmp
     assert changed(before, snapshot(elsewhere), []) == []
 
 
+@pytest.mark.slow
 def test_force_replaces_a_linked_entry_without_writing_through_it(problem, jax_fit,
                                                                   tmp_path):
     out = _copy(jax_fit, tmp_path)

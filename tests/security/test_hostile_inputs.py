@@ -27,6 +27,7 @@ from tests.support.measure import check_run
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_hostile_input(name, tmp_path):
     bullet, build = CASES[name]
     root = tmp_path / "case"

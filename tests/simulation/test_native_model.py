@@ -91,6 +91,7 @@ def _torch_grad_tree(module) -> dict:
 # --------------------------------------------------------------------------- every case
 @requires_suite
 @pytest.mark.parametrize("path", CASES, ids=_id)
+@pytest.mark.slow
 def test_native_models_equal_value_and_grad(path):
     """Loss and gradient of the native JAX model, the native torch module (eager) and
     ``value_and_grad`` of each backend agree to 1e-6 relative on every suite problem."""
@@ -150,6 +151,7 @@ def test_jax_model_is_a_pytree_of_estimated_values(example_jax):
     assert sum(x.size for x in leaves) == sim.plan.n_w
 
 
+@pytest.mark.slow
 def test_jax_jit_grad_vmap_and_optax(example_jax):
     model = example_jax.model()
     step_loss = eqx.filter_jit(eqx.filter_value_and_grad(jp.loss, has_aux=True))
@@ -217,6 +219,7 @@ def _frozen_element_problem(tmp_path: Path) -> Path:
     return folder / "problem.yaml"
 
 
+@pytest.mark.slow
 def test_frozen_elements_do_not_move(tmp_path):
     path = _frozen_element_problem(tmp_path)
     problem = load_problem(path, backend="jax")
@@ -289,6 +292,7 @@ def _dropout_problem(tmp_path: Path) -> tuple[Path, Path]:
     return folder / "problem.yaml", EXAMPLE
 
 
+@pytest.mark.slow
 def test_dropout_column_only_in_training_mode(tmp_path):
     path, plain = _dropout_problem(tmp_path)
     reference = float(jp.loss(load_problem(plain, backend="jax").model())[0])
@@ -339,6 +343,7 @@ def test_torch_module_parameters_optimizer_and_dtype():
 
 
 @requires_suite
+@pytest.mark.slow
 def test_torch_compiled_equals_eager():
     """The compiled solve (torch.compile) gives the eager loss and gradient."""
     path = next(p for p in CASES if _id(p) == "sciml_problem_import-004")
@@ -370,6 +375,7 @@ def test_torch_stages_unrolled_by_default_without_network_in_rhs():
 
 
 @requires_suite
+@pytest.mark.slow
 def test_adam_curves_agree_across_frameworks():
     """200 steps of optax Adam and torch.optim.Adam from the same start and learning rate
     give the same loss curve to 1e-4 relative (suite case 004: network in an

@@ -63,6 +63,7 @@ def test_all_problem_cases_found():
 @requires_suite
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case_path", CASES, ids=_id)
+@pytest.mark.slow
 def test_case_matches_reference(case_path, backend):
     from petab_sciml.testcases import check_problem_case
 
@@ -104,6 +105,7 @@ def test_frozen_layer_has_no_gradient_023():
 
 
 @requires_suite
+@pytest.mark.slow
 def test_problem_api_001():
     from petab_sciml.problem import load_problem
 
@@ -125,6 +127,7 @@ def test_problem_api_001():
 
 
 @requires_suite
+@pytest.mark.slow
 def test_cli_runs_problem_cases_on_both_backends():
     from click.testing import CliRunner
 
@@ -166,6 +169,7 @@ def _previous_bilinear(x1, x2, weight, bias=None):
 
 @requires_suite
 @pytest.mark.parametrize("case_path", CASES, ids=_id)
+@pytest.mark.slow
 def test_jax_results_unchanged_by_large_network_paths(case_path, monkeypatch):
     """Issue 18 (large networks) leaves every suite case's results unchanged, 1e-12
     relative in float64: the objective rebuilt with the computation as it was before

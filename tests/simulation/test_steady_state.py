@@ -259,6 +259,7 @@ def test_plan_periods(problem_path):
     ("torch", {"sensitivity": "forward"}),
     ("torch", {"sensitivity": "autograd"}),
 ])
+@pytest.mark.slow
 def test_steady_state_against_analytic(problem_path, backend, options):
     if backend == "jax":
         options = {**options, "cache": False}
@@ -292,6 +293,7 @@ def test_steady_state_against_analytic(problem_path, backend, options):
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.slow
 def test_never_settling_fails_cleanly(tmp_path, backend):
     """A period that cannot reach a steady state (x grows without bound when the
     network's slope is negative) ends in a failed solve: objective inf, not a hang."""

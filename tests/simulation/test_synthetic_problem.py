@@ -229,6 +229,7 @@ def _simulator(path: Path, backend: str, cache_dir: Path):
 
 # ------------------------------------------------------------------ semantics
 @pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.slow
 def test_decay_problem_matches_scipy_reference(decay_problem, cache_dir, backend):
     problem, _ = _simulator(decay_problem, backend, cache_dir)
     # PEtab semantics against scipy at 1e-12: our solves at 1e-10, so that their own
@@ -269,6 +270,7 @@ def test_decay_problem_matches_scipy_reference(decay_problem, cache_dir, backend
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.slow
 def test_new_parameter_values(decay_problem, cache_dir, backend):
     problem, sim = _simulator(decay_problem, backend, cache_dir)
     mech = MECH0 * np.array([1.1, 0.9, 1.2, 0.8, 1.3])
@@ -282,6 +284,7 @@ def test_new_parameter_values(decay_problem, cache_dir, backend):
     assert grad["nets"]["net1"]["layer1"]["weight"].shape == (1, 1)
 
 
+@pytest.mark.slow
 def test_no_retracing_with_new_values(decay_problem):
     problem = load_problem(decay_problem, backend="jax")
     sim = problem.simulator(cache=False)
@@ -297,6 +300,7 @@ def test_no_retracing_with_new_values(decay_problem):
     assert sim.n_traces == 2  # once for value_and_grad, once for the value alone
 
 
+@pytest.mark.slow
 def test_cross_process_cache_skips_tracing(decay_problem, tmp_path):
     first = load_problem(decay_problem, backend="jax").simulator(cache_dir=tmp_path)
     a = first.evaluate()

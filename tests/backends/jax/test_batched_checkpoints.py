@@ -13,6 +13,7 @@ pytest.importorskip("diffrax")
 pytestmark = pytest.mark.usefixtures("restore_x64")
 
 
+@pytest.mark.slow
 def test_batched_default_checkpoints_change_no_bit(tmp_path):
     from petab_sciml.backends.jax.options import BATCHED_CHECKPOINTS
     from petab_sciml.problem import load_problem

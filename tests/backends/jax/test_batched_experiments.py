@@ -48,6 +48,7 @@ def _agree(batched, unbatched) -> None:
 
 @requires_suite
 @pytest.mark.parametrize("case_path", CASES, ids=_id)
+@pytest.mark.slow
 def test_suite_case_batched_equals_unbatched(case_path):
     from petab_sciml.testcases import evaluate_problem_case
 
@@ -60,6 +61,7 @@ def test_suite_case_batched_equals_unbatched(case_path):
 
 # forward sensitivities with batched experiments: suite case 003 above (two experiments)
 @pytest.mark.parametrize("sensitivity, n, n_two", [("auto", 12, 3)])
+@pytest.mark.slow
 def test_scaled_lotka_volterra_batched_equals_unbatched(tmp_path, sensitivity, n, n_two):
     from petab_sciml.problem import load_problem
     from tests.support.problems.scaled_lv import write_scaled_lv
@@ -144,6 +146,7 @@ def test_step_growth_limit_per_solver():
     assert (controller.rtol, controller.atol) == (1e-6, 1e-9)
 
 
+@pytest.mark.slow
 def test_adjoint_sensitivities_batched_and_unbatched(tmp_path):
     """``sensitivity="adjoint"`` (diffrax's BacksolveAdjoint, which takes no
     ``SaveAt(subs=...)``: the end state is saved as the last time point) runs batched and

@@ -79,6 +79,7 @@ def two_devices(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["forward", "reverse", "adjoint", "forward-ad"])
+@pytest.mark.slow
 def test_split_batch_equals_one_device(two_devices, mode):
     got = two_devices[f"17 {mode}"]
     assert got["devices"] == 2
@@ -173,6 +174,7 @@ def _default_child(before: str, evaluate: bool, **env_extra: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_backend_gives_jax_one_cpu_device_per_core_by_default():
     from petab_sciml.backends.jax.devices import available_cores
 

@@ -122,6 +122,7 @@ def test_objective_embeds_no_network_sized_constants(widened, sensitivity):
     assert sizes[8] == sizes[64], sizes
 
 
+@pytest.mark.slow
 def test_native_model_embeds_no_network_sized_constants(widened, tmp_path):
     import equinox as eqx
 
@@ -245,6 +246,7 @@ def test_ml_suite_results_unchanged_by_product_forms(monkeypatch):
 
 
 # --------------------------------------------------------------------------- pytree S
+@pytest.mark.slow
 def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
     """From ``LARGE_NETWORK_PARAMETERS`` on, forward sensitivities keep ``p`` and ``S`` as
     pytrees; here forced on the 54-parameter example and compared with the single-matrix

@@ -157,6 +157,7 @@ def five_state(tmp_path_factory):
     return {name: sim.evaluate() for name, sim in sims.items()}
 
 
+@pytest.mark.slow
 def test_five_state_problem_gradient_with_and_without_the_switch(five_state):
     got, ref = five_state["summed"], five_state["rules"]
     assert got.value == ref.value

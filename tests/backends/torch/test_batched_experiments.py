@@ -197,6 +197,7 @@ def _agree(batched, unbatched, tol=TOL) -> None:
 
 @requires_suite
 @pytest.mark.parametrize("case_path", MULTI_EXPERIMENT_CASES, ids=_id)
+@pytest.mark.slow
 def test_suite_case_batched_equals_unbatched_torch(case_path):
     from petab_sciml.testcases import evaluate_problem_case
 
