@@ -1,6 +1,6 @@
 """Objective + gradient against the number of experiments (JAX): the bundled
 Lotka-Volterra UDE (``examples/lotka_volterra_ude``) scaled to 1, 10, 100 and 1,000
-experiments (differing initial conditions and time grids, ``tests/problems/scaled_lv.py``)
+experiments (differing initial conditions and time grids, ``tests/support/problems/scaled_lv.py``)
 against a hand-written diffrax baseline with the same solver (``Dopri8``, PID controller,
 ``rtol = atol = 1e-8``): one ``vmap`` over experiments of ``diffeqsolve``, times padded
 and masked, Gaussian negative log-likelihood, ``jax.value_and_grad`` (diffrax's default
@@ -63,7 +63,7 @@ def baseline(problem_dir: Path, n: int):
     import jax.numpy as jnp
 
     from petab_sciml import load_problem
-    from tests.problems.scaled_lv import initial_condition, time_grid
+    from tests.support.problems.scaled_lv import initial_condition, time_grid
 
     problem = load_problem(problem_dir / "problem.yaml", backend="jax")
     plan = problem.simulator().plan
@@ -145,7 +145,7 @@ def measure(n: int, repeats: int, unbatched: bool) -> dict:
     import jax
 
     from petab_sciml import load_problem
-    from tests.problems.scaled_lv import write_scaled_lv
+    from tests.support.problems.scaled_lv import write_scaled_lv
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write_scaled_lv(Path(tmp), n)

@@ -1,6 +1,6 @@
 """CPU time of a failing solve in JAX and PyTorch: the stiff and the long-horizon problem
-of ``tests/hostile_solves.py``, each evaluated once at its nominal values in a fresh
-process (``tests/hostile_evaluate.py``: import, load, compile and solve), with the step
+of ``tests/support/hostile_solves.py``, each evaluated once at its nominal values in a fresh
+process (``tests/support/hostile_evaluate.py``: import, load, compile and solve), with the step
 budget ``--max-steps`` (default: the backends' default ``max_steps``).
 
 Prints per problem and backend: exit status, CPU seconds (user + system), the evaluation's
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.hostile_solves import long_horizon_problem, stiff_problem  # noqa: E402
+from tests.support.hostile_solves import long_horizon_problem, stiff_problem  # noqa: E402
 
 PROBLEMS = {"stiff": stiff_problem, "long horizon (t = 1e9)": long_horizon_problem}
 
@@ -35,7 +35,8 @@ def run(problem: Path, backend: str, options: list[str], timeout: float
     start = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(REPO), "PETAB_SCIML_CACHE": "0"}
     try:
-        done = subprocess.run([sys.executable, str(REPO / "tests" / "hostile_evaluate.py"),
+        script = REPO / "tests" / "support" / "hostile_evaluate.py"
+        done = subprocess.run([sys.executable, str(script),
                                str(problem), backend, *options], capture_output=True,
                               text=True, timeout=timeout, env=env)
         code, text = done.returncode, (done.stdout.strip().splitlines() or [""])[-1]

@@ -1,6 +1,6 @@
 """Many experiments with a large network inside the ODE, in both backends: a 5-state
 UDE whose inflow is an MLP 5-96-96-1 of the states (9,985 network parameters plus 5
-rates, ``tests/problems/five_state.py``), scaled to 1-1,000 experiments (own initial
+rates, ``tests/support/problems/five_state.py``), scaled to 1-1,000 experiments (own initial
 condition and time grid each).  Objective + gradient with respect to every parameter,
 float64, ``dopri8``, ``rtol = atol = 1e-8``.
 
@@ -54,7 +54,7 @@ def _data(problem_dir: Path, n: int, backend: str):
     """Nominal parameters and padded data shared by both baselines: (mech rates in
     k1..k5 order, network arrays, x0 (n, 5), ts (n, N), mask (n, N), y (n, N, 2), plan)."""
     from petab_sciml import load_problem
-    from tests.problems.five_state import initial_condition, time_grid
+    from tests.support.problems.five_state import initial_condition, time_grid
 
     plan = load_problem(problem_dir / "problem.yaml", backend=backend).simulator().plan
     unpacked = plan.unpack(plan.w0)
@@ -81,7 +81,7 @@ def baseline_jax(problem_dir: Path, n: int):
     import jax
     import jax.numpy as jnp
 
-    from tests.problems.five_state import NOISE_SD
+    from tests.support.problems.five_state import NOISE_SD
 
     mech, nets, x0, ts, mask, y, _ = _data(problem_dir, n, "jax")
     theta = (jnp.asarray(mech), {layer: {k: jnp.asarray(v) for k, v in arrays.items()}
@@ -114,7 +114,7 @@ def baseline_torch(problem_dir: Path, n: int):
     import torch
     import torchdiffeq
 
-    from tests.problems.five_state import NOISE_SD
+    from tests.support.problems.five_state import NOISE_SD
 
     mech, nets, x0, ts, mask, y, _ = _data(problem_dir, n, "torch")
     as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
@@ -158,7 +158,7 @@ def measure(n: int, backend: str, repeats: int) -> dict:
     import torch
 
     from petab_sciml import load_problem
-    from tests.problems.five_state import write_five_state
+    from tests.support.problems.five_state import write_five_state
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

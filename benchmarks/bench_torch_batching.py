@@ -1,6 +1,6 @@
 """PyTorch: experiments solved as one batched solve against one after another, on
 the bundled Lotka-Volterra UDE scaled to many experiments
-(``tests/problems/scaled_lv.py``, as ``bench_experiments.py`` for JAX).
+(``tests/support/problems/scaled_lv.py``, as ``bench_experiments.py`` for JAX).
 
     python benchmarks/bench_torch_batching.py [--sizes 1 10 100] [--repeats 3]
                                               [--sensitivity forward]
@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from petab_sciml.problem import load_problem
-    from tests.problems.scaled_lv import write_scaled_lv
+    from tests.support.problems.scaled_lv import write_scaled_lv
 
     torch.set_num_threads(1)
     rows = []

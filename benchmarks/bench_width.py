@@ -52,7 +52,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.problems.widened import write_widened_problem  # noqa: E402
+from tests.support.problems.widened import write_widened_problem  # noqa: E402
 
 WIDTHS = (5, 64, 512, 2048)
 MODES = ("forward", "reverse")

@@ -53,8 +53,8 @@ def scaled_problems(folder: Path) -> list[tuple[str, Path]]:
     benchmark-like problems and the scaled problems, written into ``folder``."""
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root))
-    from tests.problems.five_state import write_five_state
-    from tests.problems.scaled_lv import write_scaled_lv
+    from tests.support.problems.five_state import write_five_state
+    from tests.support.problems.scaled_lv import write_scaled_lv
 
     problems = [("example/lotka_volterra_ude",
                  root / "examples" / "lotka_volterra_ude" / "problem.yaml")]

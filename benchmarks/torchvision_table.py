@@ -18,7 +18,7 @@ in a separate environment, e.g.::
 
 The results are recorded in docs/formats.md.  The test-suite covers each failure class
 this table found with small modules compared against PyTorch itself
-(tests/test_torchscript_coverage.py).
+(tests/formats/test_torchscript_patterns.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ elementwise product and a sum over the last axis: PyTorch's elementwise kernels 
 each element on its own, and its CPU reduction over a contiguous last axis sums every
 output in the same order whatever the number of rows, so a row's result is the same
 bits alone, in any batch and under ``torch.func.vmap``, and so are the derivatives
-autograd takes through it (``tests/test_batch_invariance_torch.py`` checks all of these
+autograd takes through it (``tests/backends/torch/test_batch_invariance.py`` checks all of these
 against BLAS, which fails them).  The executor gives its own copies of the networks
 these products (:func:`order_small_products`) for eager solves of right-hand sides
 that may have kinks (``TorchOptions.ordered_products``); compiled solves

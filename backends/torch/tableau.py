@@ -34,7 +34,7 @@ DENSE_OUTPUT = {
     # tableau as torchdiffeq's and diffrax's dopri8), as diffrax's Dopri8 uses it (the
     # JAX backend's outputs): P_i for the 14 stages (the 14th the end point's
     # derivative, first same as last), each a degree-5 polynomial in theta.  A
-    # 5th-order interpolant (local error O(h^6), tests/test_batched_experiments_torch.py):
+    # 5th-order interpolant (local error O(h^6), tests/backends/torch/test_batched_experiments.py):
     # outputs inside steps carry more error than the steps' ends
     "dopri8": (
         (-6.3448349392860401388, 22.1396504998094068976, -30.0610568289666450593,

@@ -5,7 +5,7 @@ process per problem.
     python benchmarks/investigations/batched_checkpoints.py [--repeats 7]
 
 Problems: the 5-state problem (5-96-96-1 network in the right-hand side) at 100 and
-1,000 experiments, the Lotka-Volterra table (``tests/problems/scaled_lv.py``) at 1,000
+1,000 experiments, the Lotka-Volterra table (``tests/support/problems/scaled_lv.py``) at 1,000
 experiments, and the same at ``rtol = atol = 1e-12``, where each experiment takes more
 steps than there are checkpoints (checked: the solve fails with ``max_steps=64``), so
 fewer checkpoints mean recomputed steps.  Objective + gradient, reverse mode, float64.
@@ -30,8 +30,8 @@ from benchmarks.bench_experiments import timed_together  # noqa: E402
 
 def _problem(kind: str, n: int, folder: Path):
     from petab_sciml import load_problem
-    from tests.problems.five_state import write_five_state
-    from tests.problems.scaled_lv import write_scaled_lv
+    from tests.support.problems.five_state import write_five_state
+    from tests.support.problems.scaled_lv import write_scaled_lv
 
     write = write_five_state if kind == "5-state" else write_scaled_lv
     return load_problem(write(folder, n), backend="jax")

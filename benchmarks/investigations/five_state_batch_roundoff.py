@@ -127,7 +127,7 @@ def cost() -> None:
     from benchmarks.investigations.five_state_gradient_anatomy import _best
     from petab_sciml import load_problem
     from petab_sciml.backends.jax import ops
-    from tests.problems.five_state import write_five_state
+    from tests.support.problems.five_state import write_five_state
 
     jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(0)

@@ -55,7 +55,7 @@ def five_state_inputs(n: int):
     import jax.numpy as jnp
 
     from benchmarks.bench_five_state import _data
-    from tests.problems.five_state import write_five_state
+    from tests.support.problems.five_state import write_five_state
 
     jax.config.update("jax_enable_x64", True)
     folder = Path(tempfile.mkdtemp())
@@ -71,7 +71,7 @@ def anatomy(n: int, chunks: list[int]) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
 
-    from tests.problems.five_state import NOISE_SD
+    from tests.support.problems.five_state import NOISE_SD
 
     theta, data = five_state_inputs(n)
 

@@ -27,7 +27,7 @@ from benchmarks.bench_experiments import timed_together  # noqa: E402
 
 def measure(n: int, repeats: int) -> dict:
     from petab_sciml import load_problem
-    from tests.problems.five_state import write_five_state
+    from tests.support.problems.five_state import write_five_state
 
     with tempfile.TemporaryDirectory() as tmp:
         problem = load_problem(write_five_state(Path(tmp), n), backend="jax")

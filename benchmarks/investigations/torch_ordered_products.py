@@ -6,8 +6,8 @@ right-hand sides do without them.
 
 Objective + gradient, ``sensitivity="autograd"`` (experiments as one batched solve),
 float64, default tolerances, of the bundled Lotka-Volterra UDE scaled to many
-experiments (``tests/problems/scaled_lv.py``; network 2-5-5-1, every layer small) and
-the 5-state problem (``tests/problems/five_state.py``; MLP 5-96-96-1, its first layer
+experiments (``tests/support/problems/scaled_lv.py``; network 2-5-5-1, every layer small) and
+the 5-state problem (``tests/support/problems/five_state.py``; MLP 5-96-96-1, its first layer
 small) with the networks' small Linear products as ``torch.nn.Linear`` computes them
 (``ordered_products=False``, what these smooth problems get by default) and forced into
 the batch-invariant order (``ordered_products=True``, ``backends/torch/ordered.py``,
@@ -36,10 +36,10 @@ def worker(problem: str, n: int, repeats: int) -> dict:
 
     folder = Path(tempfile.mkdtemp())
     if problem == "lv":
-        from tests.problems.scaled_lv import write_scaled_lv
+        from tests.support.problems.scaled_lv import write_scaled_lv
         yaml = write_scaled_lv(folder, n)
     else:
-        from tests.problems.five_state import write_five_state
+        from tests.support.problems.five_state import write_five_state
         yaml = write_five_state(folder, n)
     loaded = load_problem(yaml, backend="torch")
     sims = [loaded.simulator(sensitivity="autograd", ordered_products=flag)
