@@ -103,6 +103,7 @@ def _finish(cmd_extra: list[str], out: Path, steps: int, env: dict,
     return FitResult.load(out / "results.h5")
 
 
+@pytest.mark.slow
 def test_sigterm_and_sighup_checkpoint_then_resume_equals_uninterrupted(tmp_path, env):
     runs = {"in-process SIGTERM": (["--in-process"], signal.SIGTERM),
             "LocalCluster SIGTERM": (["--workers", "1"], signal.SIGTERM),

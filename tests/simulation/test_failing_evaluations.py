@@ -89,6 +89,7 @@ def test_validate_locates_numeric_noise_parameters_not_positive(tmp_path):
     assert "-0.2" in issues[0].message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("build", [stiff_problem, long_horizon_problem],
                          ids=["stiff", "t_1e9"])
