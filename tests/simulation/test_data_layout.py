@@ -34,8 +34,10 @@ def _problem_paths(folder: Path) -> list[tuple[str, Path]]:
     from tests.support.problems.scaled_lv import write_scaled_lv
 
     paths = [("example", REPO / "examples" / "lotka_volterra_ude" / "problem.yaml")]
-    paths += [(f"benchmark_like/{p.parent.name}", p) for p in
-              sorted((REPO / "tests" / "problems" / "benchmark_like").glob("*/problem.yaml"))]
+    benchmark_like = sorted((REPO / "tests" / "support" / "problems" / "benchmark_like")
+                            .glob("*/problem.yaml"))
+    assert benchmark_like, "no benchmark-like problems found"
+    paths += [(f"benchmark_like/{p.parent.name}", p) for p in benchmark_like]
     paths += [("scaled/lv_10", write_scaled_lv(folder / "lv", 8, n_two_period=2)),
               ("scaled/five_state_6", write_five_state(folder / "five", 6)),
               ("decay", write_decay_problem(folder / "decay")),
