@@ -58,7 +58,8 @@ def scaled_problems(folder: Path) -> list[tuple[str, Path]]:
 
     problems = [("example/lotka_volterra_ude",
                  root / "examples" / "lotka_volterra_ude" / "problem.yaml")]
-    for p in sorted((root / "tests" / "support" / "problems" / "benchmark_like").glob("*/problem.yaml")):
+    benchmark_like = root / "tests" / "support" / "problems" / "benchmark_like"
+    for p in sorted(benchmark_like.glob("*/problem.yaml")):
         problems.append((f"benchmark_like/{p.parent.name}", p))
     problems.append(("scaled/lv_10", write_scaled_lv(folder / "lv", 8, n_two_period=2)))
     problems.append(("scaled/five_state_6", write_five_state(folder / "five", 6)))
