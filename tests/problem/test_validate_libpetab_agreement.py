@@ -28,7 +28,7 @@ version = libpetab_version()
 requires_libpetab = pytest.mark.skipif(
     version is None or version < MIN_VERSION,
     reason="libpetab >= 0.10 is not installed here (it needs Python >= 3.12); CI runs this "
-           "test with `make test PYTHON=python3.12`")
+           "test with `make test` (its default interpreter is Python 3.12+)")
 
 
 def _cases() -> list[tuple[str, str, str, list, str | None]]:

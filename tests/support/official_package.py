@@ -51,7 +51,7 @@ def official_env(tmp_path_factory) -> OfficialEnv:
     if sys.version_info < (3, 12):
         pytest.skip("the official petab-sciml package needs Python >= 3.12, so it cannot be "
                     "installed beside this interpreter; CI runs this test with "
-                    "`make test PYTHON=python3.12`")
+                    "`make test` (its default interpreter is Python 3.12+)")
     root = tmp_path_factory.mktemp("official_env")
     venv.create(root / "venv", with_pip=True)
     python = root / "venv" / "bin" / "python"
