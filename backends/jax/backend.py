@@ -173,13 +173,17 @@ class JaxBackend:
         """The objective of a simulation plan in JAX (:class:`~.simulation.JaxExecutor`).
 
         ``cache`` (default: on unless ``PETAB_SCIML_CACHE=0``) keeps the traced objective
-        across processes in ``cache_dir`` (:mod:`~petab_sciml.backends.jax.cache`)."""
+        across processes in ``cache_dir`` (:mod:`~petab_sciml.backends.jax.cache`).
+        Without ``solver``, a failed explicit solve is retried with an implicit solver
+        (:mod:`~petab_sciml.backends.jax.stiff_fallback`)."""
         from .cache import ExportCache, cache_enabled
         from .simulation import JaxExecutor, JaxOptions
+        from .stiff_fallback import StiffFallbackExecutor
 
         use_cache = cache_enabled() if cache is None else bool(cache)
-        return JaxExecutor(plan, JaxOptions(**options),
-                           ExportCache(cache_dir) if use_cache else None)
+        executor = StiffFallbackExecutor if "solver" not in options else JaxExecutor
+        return executor(plan, JaxOptions(**options),
+                        ExportCache(cache_dir) if use_cache else None)
 
     def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
         """The whole problem as an ``equinox.Module`` (:mod:`.problem`)."""

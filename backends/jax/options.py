@@ -55,7 +55,7 @@ class JaxOptions:
     matrix product per Runge-Kutta stage (``ops.batch_summed_weight_cotangents``)
     instead of one outer product per experiment.  Values unchanged bit for bit,
     gradients up to the order of a sum.  False: JAX's own derivative rules (for
-    comparison)."""
+    comparison).  Never with an implicit solver (:attr:`implicit`)."""
 
     factormax: float | None = None
     """The largest factor by which one step may exceed the last (diffrax's
@@ -69,10 +69,16 @@ class JaxOptions:
     (``devices.use_cpu_cores_by_default``); batches with fewer than
     ``MIN_EXPERIMENTS_PER_DEVICE`` experiments per device are not split."""
 
+    @property
+    def implicit(self) -> bool:
+        """Whether :attr:`solver` is implicit (the Kvaerno family): its Newton iteration
+        takes the Jacobian of the right-hand side by forward-mode autodiff."""
+        return self.solver.lower().startswith("kvaerno")
+
     def resolved_sensitivity(self, n_parameters: int, n_batch: int = 1) -> str:
         """``n_batch``: the most experiments solved together in one batched solve."""
         if self.sensitivity == "auto":
-            if self.solver.lower().startswith("kvaerno"):
+            if self.implicit:
                 # an implicit solver on the sensitivity system would run Newton on
                 # n_x * (n_x + n_p) unknowns: differentiate through the solver instead
                 return "reverse"

@@ -105,7 +105,7 @@ class JaxExecutor:
         self.checkpoints = self.options.resolved_checkpoints(n_batch, self.batched)
         """Checkpoints of reverse mode (``JaxOptions.checkpoints``, resolved)."""
         self.devices = experiment_devices(self.options.devices)
-        if self.options.solver.lower().startswith("kvaerno"):
+        if self.options.implicit:
             # implicit solvers run unsplit: inside shard_map the Newton iteration's
             # Jacobian carries the mesh's sharding in its structure and lineax refuses
             # every right-hand side whose structure differs ("pytree does not match
@@ -135,8 +135,11 @@ class JaxExecutor:
         self._change_formulas = compile_change_formulas(plan)
         self.data = {k: jnp.asarray(v) for k, v in layout.arrays.items()}
         self.n_traces = 0
-        self.cache = cache
-        """An :class:`~petab_sciml.backends.jax.cache.ExportCache`, or None."""
+        # implicit solvers check their Newton iterations with host callbacks, which
+        # jax.export cannot serialise: every export would fail (and warn)
+        self.cache = None if self.options.implicit else cache
+        """An :class:`~petab_sciml.backends.jax.cache.ExportCache`, or None (also for
+        implicit solvers)."""
         self._compiled: dict[str, Any] = {}
         self._theta0: Any = None   # plan.theta0 as a JAX array (made at the first call)
 
@@ -268,9 +271,12 @@ class JaxExecutor:
                 basis = basis.at[jnp.arange(free.shape[0]), free].set(1.0)
                 tangents, out = _jvp_all(f, w, basis)
                 return out, jnp.zeros_like(w).at[free].set(tangents)
-            if self.sensitivity == "reverse" and self.options.summed_weight_cotangents:
+            if (self.sensitivity == "reverse" and self.options.summed_weight_cotangents
+                    and not self.options.implicit):
                 # the gradient of a sum over experiments: weight cotangents may be
-                # summed over each batch as they are made (see the option)
+                # summed over each batch as they are made (see the option); not with
+                # an implicit solver, whose Newton iteration takes the right-hand
+                # side's Jacobian by jvp, which a custom_vjp refuses
                 from .ops import batch_summed_weight_cotangents
 
                 with batch_summed_weight_cotangents():

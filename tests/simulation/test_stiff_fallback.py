@@ -1,0 +1,130 @@
+"""Stiff models with default settings (``backends/jax/stiff_fallback.py``): JAX retries a
+failed explicit solve with the implicit ``kvaerno5``, says so in one warning, and gets
+the right answer; with ``solver=`` chosen, nothing is retried.
+
+The model, A <-> B (rates ``k1 * A``, ``k2 * B``, A(0) = 1, B(0) = 0), has the analytic
+solution A(t) = Aeq + (1 - Aeq) exp(-K t), K = k1 + k2, Aeq = k2 / K: the reference
+here.  With K = 1.4e6 and measurements up to t = 10 an explicit solver needs millions of
+steps (its step is bounded by its stability region); a measurement at t = 1e-6 checks
+that the fast transient is resolved.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("diffrax")
+pytest.importorskip("libsbml")
+
+from tests.support.problems.models import lv_sbml  # noqa: E402
+from tests.support.suite import SUITE, requires_suite  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("restore_x64")
+
+TIMES = [0.0, 1e-6, 1.0, 10.0]
+MEASURED = [0.7, 0.5, 0.45, 0.4]
+SIGMA = 0.5
+
+
+def write_problem(folder: Path, k1: float, k2: float) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.xml").write_text(lv_sbml(
+        "conversion", {"A": 1.0, "B": 0.0}, {"k1": k1, "k2": k2},
+        [("forward", ["A"], ["B"], "k1 * A"), ("back", ["B"], ["A"], "k2 * B")]))
+    (folder / "observables.tsv").write_text(
+        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+        f"obs_a\tA\t{SIGMA}\tnormal\n")
+    (folder / "measurements.tsv").write_text(
+        "observableId\ttime\tmeasurement\n"
+        + "".join(f"obs_a\t{t}\t{m}\n" for t, m in zip(TIMES, MEASURED, strict=True)))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        f"k1\t0\t1e7\t{k1}\ttrue\nk2\t0\t1e7\t{k2}\ttrue\n")
+    (folder / "problem.yaml").write_text(
+        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
+        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
+        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
+        "condition_files: []\nexperiment_files: []\n")
+    return folder / "problem.yaml"
+
+
+def analytic(k1: float, k2: float) -> tuple[np.ndarray, float, np.ndarray]:
+    """Simulations, log-likelihood and its gradient with respect to (k1, k2)."""
+    big_k = k1 + k2
+    a_eq = k2 / big_k
+    sims, grad, llh = [], np.zeros(2), 0.0
+    for t, m in zip(TIMES, MEASURED, strict=True):
+        decay = math.exp(-big_k * t)
+        a = a_eq + (1 - a_eq) * decay
+        da_dk1 = -k2 / big_k**2 * (1 - decay) - (1 - a_eq) * t * decay
+        da_dk2 = k1 / big_k**2 * (1 - decay) - (1 - a_eq) * t * decay
+        sims.append(a)
+        llh += -0.5 * math.log(2 * math.pi * SIGMA**2) - (m - a) ** 2 / (2 * SIGMA**2)
+        grad += (m - a) / SIGMA**2 * np.array([da_dk1, da_dk2])
+    return np.array(sims), llh, grad
+
+
+def _evaluate(path: Path, **options):
+    from petab_sciml.problem import load_problem
+
+    sim = load_problem(path, backend="jax").simulator(cache=False, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ev = sim.evaluate(grad=True)
+    return sim, ev, [str(w.message) for w in caught if w.category is RuntimeWarning]
+
+
+def _check_against_analytic(ev, k1: float, k2: float) -> None:
+    sims, llh, dllh = analytic(k1, k2)
+    assert ev.ok, ev.reason
+    np.testing.assert_allclose(ev.simulations, sims, rtol=1e-6, atol=1e-9)
+    assert ev.llh == pytest.approx(llh, rel=1e-6)   # the solves run to rtol 1e-8
+    # value = -(llh + log-prior), the log-prior constant in (k1, k2)
+    np.testing.assert_allclose(ev.grad_flat, -dllh, rtol=1e-4,
+                               atol=1e-6 * np.abs(dllh).max())
+
+
+def test_stiff_model_gets_the_right_answer_by_default(tmp_path):
+    sim, ev, caught = _evaluate(write_problem(tmp_path / "stiff", 8e5, 6e5))
+    assert sim.executor.switched
+    assert len(caught) == 1 and "implicit kvaerno5" in caught[0], caught
+    _check_against_analytic(ev, 8e5, 6e5)
+    assert sim.evaluate(grad=False).llh == ev.llh     # stays implicit, no new warning
+
+
+def test_a_chosen_solver_is_not_replaced(tmp_path):
+    sim, ev, caught = _evaluate(write_problem(tmp_path / "stiff", 8e5, 6e5),
+                                solver="dopri8", max_steps=3000)
+    assert not ev.ok and "max_steps" in ev.reason
+    assert caught == []
+
+
+def test_non_stiff_model_stays_explicit(tmp_path):
+    sim, ev, caught = _evaluate(write_problem(tmp_path / "mild", 0.8, 0.6))
+    assert not sim.executor.switched and sim.executor.implicit is None
+    assert sim.executor.options.solver == "dopri8"
+    assert caught == []
+    _check_against_analytic(ev, 0.8, 0.6)
+
+
+@requires_suite
+@pytest.mark.slow
+def test_implicit_solver_differentiates_a_network_in_the_right_hand_side():
+    """kvaerno5's Newton iteration takes the right-hand side's Jacobian by jvp, so the
+    network inside it must be forward-differentiable in the gradient too (reverse mode
+    otherwise sums weight cotangents through a custom_vjp): suite case 001 (a network
+    in the Lotka-Volterra right-hand side) against the suite's references."""
+    from petab_sciml.testcases import check_problem_case, evaluate_problem_case, load_problem_case
+    case = load_problem_case(SUITE / "test_cases" / "sciml_problem_import" / "001")
+    sim, ev = evaluate_problem_case(case, "jax", solver="kvaerno5", cache=False)
+    errors, tolerances, problems = check_problem_case(case, sim, ev)
+    assert ev.ok and not problems, (ev.reason, problems)
+    assert {"gradient", "simulations"} <= set(errors)
+    for key, error in errors.items():
+        assert error <= tolerances[key], (key, error, tolerances[key])
