@@ -22,11 +22,18 @@ class TorchBackend:
     name = "torch"
 
     def executor(self, plan: Any, **options: Any) -> Any:
-        """The objective of a simulation plan in PyTorch (:class:`~.simulation.TorchExecutor`)."""
+        """The objective of a simulation plan in PyTorch: a
+        :class:`~.simulation.TorchExecutor`, or with ``compile`` unset (None) an
+        :class:`~.auto_compile.AutoCompileExecutor` (eager first, compiled once that
+        pays)."""
         require("torch", "torch")
+        from petab_sciml.backends.torch.auto_compile import AutoCompileExecutor
         from petab_sciml.backends.torch.simulation import TorchExecutor, TorchOptions
 
-        return TorchExecutor(plan, TorchOptions(**options))
+        opts = TorchOptions(**options)
+        if opts.compile is None:
+            return AutoCompileExecutor(plan, opts)
+        return TorchExecutor(plan, opts)
 
     def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
         """The whole problem as a ``torch.nn.Module``

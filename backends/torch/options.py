@@ -37,8 +37,10 @@ class TorchOptions:
     else torchdiffeq's); ``adjoint``:
     ``torchdiffeq.odeint_adjoint``."""
     max_steps: int = 100_000
-    compile: bool = False
-    """Compile every solve with ``torch.compile`` (``forward`` sensitivities only)."""
+    compile: bool | None = None
+    """True: compile every solve with ``torch.compile`` (``forward`` sensitivities only;
+    the native module's default); False: eager solves; None (the numpy API's default):
+    eager until compiling pays (:mod:`~petab_sciml.backends.torch.auto_compile`)."""
     unroll_stages: bool | None = None
     """Compiled solves (``compile=True``): trace the right-hand side once per Runge-Kutta
     stage (``True``) instead of looping over the stages (``False``); ``None``: unrolled

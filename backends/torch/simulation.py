@@ -83,7 +83,10 @@ class TorchExecutor:
 
         require("torchdiffeq", "torch")
         self.plan = plan
-        self.options = opts = options or TorchOptions()
+        opts = options or TorchOptions()
+        if opts.compile is None:   # "when it pays" is AutoCompileExecutor's; here eager
+            opts = replace(opts, compile=False)
+        self.options = opts
         check_options(opts)
         self.fns = compile_plan(plan, "torch")
         self.ordered_products = (opts.ordered_products if opts.ordered_products is not None

@@ -25,7 +25,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.simulation.test_official_suite import CASES, _evaluate, _id
+from tests.simulation.test_official_suite import CASES, _id
 from tests.support.suite import requires_suite
 
 torch = pytest.importorskip("torch")
@@ -199,17 +199,22 @@ def _agree(batched, unbatched, tol=TOL) -> None:
 @pytest.mark.parametrize("case_path", MULTI_EXPERIMENT_CASES, ids=_id)
 @pytest.mark.slow
 def test_suite_case_batched_equals_unbatched_torch(case_path):
-    from petab_sciml.testcases import evaluate_problem_case
+    from petab_sciml.testcases import evaluate_problem_case, load_problem_case
 
-    case, sim, batched = _evaluate(case_path, "torch")
+    case = load_problem_case(case_path)
+    # eager solves (compile=False): the batching under test is the eager executor's,
+    # and the shared evaluation of the suite tests may have compiled by now
+    sim, batched = evaluate_problem_case(case, "torch", compile=False)
     # the suite's multi-experiment cases: both experiments in one batch
     assert [len(exps) for _, exps in sim.executor.batches] == [2]
-    usim, unbatched = evaluate_problem_case(case, "torch", batch_experiments=False)
+    usim, unbatched = evaluate_problem_case(case, "torch", batch_experiments=False,
+                                            compile=False)
     assert usim.executor.batches == []
     _agree(batched, unbatched)
 
 
 @requires_suite
+@pytest.mark.slow
 def test_suite_case_038_autograd_batched_equals_each_experiment_alone():
     """Back-propagation through the steps on the ReLU right-hand side: both experiments
     in one batch against each solved alone (a batch of one) to 1e-10."""
@@ -239,6 +244,7 @@ def _w(problem):
     return w
 
 
+@pytest.mark.slow
 def test_scaled_lotka_volterra_batched_equals_unbatched_torch(scaled_lv, monkeypatch):
     from petab_sciml.backends.torch import batching
     from petab_sciml.problem import load_problem
@@ -277,6 +283,7 @@ def test_five_state_autograd_batched_equals_unbatched_torch(tmp_path):
     _agree(batched.evaluate(), unbatched.evaluate())
 
 
+@pytest.mark.slow
 def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):
     """Back-propagation through the batched steps (``sensitivity="autograd"``) against
     forward sensitivities: to the solver tolerance (rtol = atol = 1e-8; error control on
