@@ -27,6 +27,22 @@ from petab_sciml.fit.task import FitTask, Hooks, StartResult
 Progress = Callable[[list[int], int, np.ndarray], None]
 
 
+def worker_thread_env() -> dict[str, str]:
+    """Environment of the embedded LocalCluster's workers: one thread each (OpenMP,
+    MKL, XLA's intra-op threads and one JAX device; PyTorch starts run with one intra-op
+    thread anyway), so that workers times threads never exceeds the cores (one worker
+    per core, at most 4): each start is small, and workers that each took every core
+    would only wait for each other.  The user's own ``XLA_FLAGS`` are kept (ours
+    appended)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    ours = ["--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+    if "xla_force_host_platform_device_count" not in flags:
+        ours.append("--xla_force_host_platform_device_count=1")
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS", "1"),
+            "XLA_FLAGS": " ".join([flags, *ours]).strip()}
+
+
 def run_task(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]:
     """Run ``task`` with its backend's runner (``Backend.train_starts``)."""
     from petab_sciml.plugins import get_backend
@@ -79,7 +95,8 @@ def connect(client: Any = None, scheduler: str | None = None, n_workers: int | N
     with children_ignore_stop_signals():
         # the fit's process stops the workers on SIGTERM / SIGHUP (they checkpoint)
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40)
+                               dashboard_address=None, silence_logs=40,
+                               env=worker_thread_env())
     return Client(cluster), cluster
 
 
