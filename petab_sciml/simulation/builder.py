@@ -67,10 +67,11 @@ class PlanBuilder:
 
     def parse(self, text: Any, where: str) -> sympy.Expr:
         """A PEtab formula with model aliases resolved and ``t`` as time (unless the
-        model has an entity ``t``)."""
-        from petab_sciml.expressions import TIME, parse
+        model has an entity ``t``).  A boolean formula (``true``, ``a < b``) is a
+        number, 1 or 0, as PEtab reads booleans used as numbers."""
+        from petab_sciml.expressions import TIME, bool_to_number, parse
 
-        expr = parse(text, context=where)
+        expr = bool_to_number(parse(text, context=where))
         subs = {}
         for s in expr.free_symbols:
             if s.name == "t" and "t" not in self.known_names:

@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from petab_sciml.problem import validate_problem
@@ -120,6 +120,9 @@ def _apply(folder: Path, m: tuple) -> None:
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(base=st.sampled_from(BASES), mutations=st.lists(mutation, min_size=1, max_size=3))
+# found by this test: a boolean observable formula crashed the plan builder
+@example(base="sciml_problem_import/001",
+         mutations=[("cell", "observables.tsv", 1, 1, "true")])
 def test_validation_never_crashes(base, mutations):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "p"
