@@ -34,6 +34,7 @@ def test_example_objective_agrees_between_backends() -> None:
     assert values["torch"] == pytest.approx(values["jax"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_training_script_lowers_the_objective() -> None:
     pytest.importorskip("diffrax")
     result = subprocess.run(

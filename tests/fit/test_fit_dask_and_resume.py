@@ -199,6 +199,7 @@ def test_ctrl_c_checkpoints_and_exits_cleanly_then_resume_finishes(tmp_path, jax
     np.testing.assert_array_equal(result.starts[0].trace[:step], trace)
 
 
+@pytest.mark.slow
 def test_outputs_best_problem_results_file_and_plots(in_process):
     import matplotlib.pyplot as plt
 

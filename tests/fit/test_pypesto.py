@@ -238,6 +238,7 @@ def test_multistart_lbfgsb_converges_fides_agrees_and_waterfall_draws(problem) -
     np.testing.assert_allclose(np.sort(points.get_offsets()[:, 1]), shown, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_objective_pickles_and_deep_copies(problem) -> None:
     objective = pypesto_objective(problem)
     x = objective.vector.from_w(problem.plan.w0)

@@ -34,6 +34,7 @@ OFFICIAL_READER_BUGS = {
 
 
 @requires_suite
+@pytest.mark.slow
 def test_suite_networks_round_trip_through_the_official_package(official_env, tmp_path):
     jobs = [{"op": "resave", "src": str(f), "dst": str(tmp_path / f"official_{i}.yaml")}
             for i, f in enumerate(SUITE_NETS)]

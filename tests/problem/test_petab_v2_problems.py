@@ -113,6 +113,7 @@ def _finite_difference(sim, w, h=1e-6):
 
 
 @requires_v2_suite
+@pytest.mark.slow
 def test_problem_without_networks_in_every_api(tmp_path):
     """validate, info, load, value_and_grad (against finite differences), the native
     models, save and fit on a PEtab v2 problem without the SciML extension."""

@@ -92,6 +92,7 @@ def _short(text: str) -> str:
 
 @requires_suite
 @requires_libpetab
+@pytest.mark.slow
 def test_libpetab_comparison_table_is_current(tmp_path):
     rows = _verdicts(tmp_path)
     # Where libpetab rejects and we accept, the case must be one we have explained.

@@ -190,6 +190,7 @@ def test_confinement_is_scoped(tmp_path):
     check_confined(outside)   # no longer confined
 
 
+@pytest.mark.slow
 def test_cli_validate_info_and_convert_confine(tmp_path):
     problem = make_problem(tmp_path)
     _outside(tmp_path)

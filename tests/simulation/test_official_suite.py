@@ -79,8 +79,17 @@ def test_case_matches_reference(case_path, backend):
         assert error <= tolerances[key], (key, error, tolerances[key])
 
 
+FAST_CASES = ("initialization-001", "sciml_problem_import-001", "sciml_problem_import-002",
+              "sciml_problem_import-003", "sciml_problem_import-004")
+"""The fast subset (``-m "not slow"``) compares these: a network in the right-hand side,
+before the ODE, with several experiments, in an observable; the other cases take 3-45 s
+each (038, many condition-specific arrays: ~45 s) and run in ``make test``."""
+
+
 @requires_suite
-@pytest.mark.parametrize("case_path", CASES, ids=_id)
+@pytest.mark.parametrize("case_path", [
+    p if _id(p) in FAST_CASES else pytest.param(p, marks=pytest.mark.slow) for p in CASES],
+    ids=_id)
 def test_backends_agree(case_path):
     """Log-likelihoods agree to 1e-6 relative; simulations and gradients closely."""
     from petab_sciml.testcases import CROSS_LLH_RTOL, cross_problem

@@ -93,6 +93,7 @@ def test_split_batch_equals_one_device(two_devices, mode):
     assert got["grad"] <= 1e-10
 
 
+@pytest.mark.slow
 def test_small_batch_is_not_split(two_devices):
     # 10 experiments on two devices: fewer than MIN_EXPERIMENTS_PER_DEVICE each
     got = two_devices["10 reverse"]
@@ -100,6 +101,7 @@ def test_small_batch_is_not_split(two_devices):
     assert got["value"] == 0.0 and got["sims"] == 0.0 and got["grad"] == 0.0
 
 
+@pytest.mark.slow
 def test_disk_cache_keeps_the_two_device_objective(two_devices):
     assert two_devices["cache 0"]["events"] == ["exported"]
     assert two_devices["cache 1"]["events"] == ["loaded"]

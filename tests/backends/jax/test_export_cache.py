@@ -61,6 +61,7 @@ def test_edit_to_nnef_folder_changes_the_key_and_the_objective(tmp_path):
     assert len(_entries(cache)) == 2
 
 
+@pytest.mark.slow
 def test_foreign_and_damaged_entries_are_rejected(tmp_path):
     first = make_problem(tmp_path / "a")
     second = make_problem(tmp_path / "b")

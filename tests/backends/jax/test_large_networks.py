@@ -270,6 +270,7 @@ def test_forward_sensitivities_as_pytree_match_the_single_matrix(monkeypatch):
 
 
 # --------------------------------------------------------------------------- numpy API
+@pytest.mark.slow
 def test_numpy_api_hands_over_the_compiled_results_unchanged(widened):
     """The numpy API packs ``p`` into a vector it reuses between calls and returns the
     gradient as views of the compiled function's output (no copies for large networks):

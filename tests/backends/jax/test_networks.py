@@ -45,6 +45,11 @@ def _case_params():
 CASES = _case_params()
 
 
+
+DTYPES = ["float32", pytest.param("float64", marks=pytest.mark.slow)]
+"""The sweeps against PyTorch in both dtypes; the fast subset (``-m "not slow"``) keeps
+float32, the dtype networks usually run in (each instance compiles anew)."""
+
 # --------------------------------------------------------------------------- suite files
 def _read_group(path: Path, top: str) -> dict:
     """``{name: array}`` of the datasets below ``top`` (one level of groups)."""
@@ -302,7 +307,7 @@ def test_suite_case(case):
 # --------------------------------------------------------------------------- cross-backend
 @pytest.mark.filterwarnings("ignore:dropout2d")
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice")
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CASES)
 def test_suite_case_matches_torch(case, dtype):
     c = SuiteCase(case)
@@ -511,7 +516,7 @@ def test_extra_layers_cover_catalogue():
     assert set(LAYERS) <= covered | suite, sorted(set(LAYERS) - covered - suite)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("spec", EXTRA_LAYERS, ids=lambda s: f"{s[0]}-{len(s[1])}-{s[2]}")
 def test_layer_matches_torch(spec, dtype):
     layer_type, args, shapes, *positive = spec
@@ -667,7 +672,7 @@ def test_extra_functions_cover_catalogue():
 
 
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice")
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("spec", EXTRA_FUNCTIONS, ids=lambda s: f"{s[0]}-{s[1]}-{s[2]}")
 def test_function_matches_torch(spec, dtype):
     name, rest, kwargs, shape, *flags = spec
@@ -726,7 +731,7 @@ def test_get_attr_of_layer_array():
     ("InstanceNorm2d", dict(num_features=3, track_running_stats=True, momentum=None,
                             affine=True), (2, 3, 4, 5)),
 ])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_running_statistics_match_torch(layer_type, args, shape, dtype):
     network = _layer_network(layer_type, args, 1)
     rng = np.random.default_rng(3)

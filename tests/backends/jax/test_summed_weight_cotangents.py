@@ -166,6 +166,7 @@ def test_five_state_problem_gradient_with_and_without_the_switch(five_state):
     assert _max_rel(g, r) < 1e-12
 
 
+@pytest.mark.slow
 def test_five_state_problem_batched_equals_unbatched(five_state):
     """Issue 17: batched == unbatched to 1e-10.  With diffrax's step growth of up to
     10x per step they were 3.9e-9 (value) and 2.9e-10 (gradient) apart: growth factors
