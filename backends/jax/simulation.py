@@ -193,7 +193,8 @@ class JaxExecutor:
 
     def _period_solver(self, pre_ids: list[int], n_theta: int, nets: Any) -> Any:
         """``solve(x0, theta, outs, arrays, t0, t1, ts) -> (x(ts), x(t1), ok)`` of one
-        period in this executor's sensitivity mode."""
+        period in this executor's sensitivity mode, split at the right-hand side's jump
+        times (:mod:`.jumps`) where it has some."""
         from .terms import vector_field
 
         plan = self.plan
@@ -206,12 +207,19 @@ class JaxExecutor:
             parameters = SensitivityParameters(
                 plan, rhs_nets, pre_ids, [n.n_outputs for n in plan.networks], n_theta,
                 len(nets))
-            return forward_sensitivity_solver(field, nets, parameters, self.options,
-                                              steady_state=self.steady_state)
-        from .period import period_solver
+            solve = forward_sensitivity_solver(field, nets, parameters, self.options,
+                                               steady_state=self.steady_state)
+        else:
+            from .period import period_solver
 
-        return period_solver(field, nets, self.options, sensitivity=self.sensitivity,
-                             checkpoints=self.checkpoints, steady_state=self.steady_state)
+            solve = period_solver(field, nets, self.options, sensitivity=self.sensitivity,
+                                  checkpoints=self.checkpoints,
+                                  steady_state=self.steady_state)
+        if self.fns.jumps is None:
+            return solve
+        from .jumps import with_jumps
+
+        return with_jumps(solve, field, nets, self.fns.jumps)
 
     def _solve_experiments(self, groups: GroupValues, change: Any, solve: Any, data: dict[str, Any],
                            empty_outs: Any, dtype: Any, n_theta: int

@@ -137,7 +137,10 @@ class BatchSolver:
                     theta = _scatter_rows(theta, th_t, _pick(vals, th_s))
                 if st_t.shape[1]:
                     x = _scatter_rows(x, st_t, _pick(vals, st_s))
-            y, x, good = self._span(x, theta, outs, arrays, start, end, ts, w)
+            if fns.jumps is None:
+                y, x, good = self._span(x, theta, outs, arrays, start, end, ts, w)
+            else:
+                y, x, good = self._span_with_jumps(x, theta, outs, arrays, start, end, ts, w)
             ok = ok & torch.all(good)
             ys.append(y)
             thetas.append(theta)
@@ -168,6 +171,26 @@ class BatchSolver:
         ys, y1, ok, steps = solve(x0, t0, t1, ts, field)
         self.solvers.n_steps += int(steps.sum())
         return ys, y1, ok
+
+    def _span_with_jumps(self, x0, theta, outs, arrays, t0, t1, ts, w):
+        """:meth:`_span` split at the right-hand side's jump times
+        (:mod:`~petab_sciml.backends.torch.jumps`)."""
+        from petab_sciml.backends.torch.jumps import split_at_jumps
+
+        sens = self.sens
+        taus = self.fns.jumps(t0, theta, *outs)
+        taus = taus.expand(x0.shape[0], taus.shape[-1])
+        with torch.no_grad():
+            p_local = torch.cat([theta] + [outs[j] for j in sens.pre_ids], 1)
+            net_params = [(j, self.networks.params(j, w[base: base + size], base))
+                          for j, _, base, size in sens.p_nets]
+            rhs_arrays = [arrays[j] if j in sens.rhs_nets else {} for j in range(len(arrays))]
+            field = self.fields.batched_rhs(p_local, net_params, rhs_arrays)
+
+        def solve(x, start, end, ts_):
+            return self._span(x, theta, outs, arrays, start, end, ts_, w)
+
+        return split_at_jumps(solve, field, taus, x0, t0, t1, ts)
 
     def _constant_changes(self, like):
         """Every condition change's value when all of them are numbers (``like``'s dtype

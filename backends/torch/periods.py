@@ -41,6 +41,13 @@ class Span:
                    d[f"{key}_grid"], d[f"{key}_where"])
 
     @classmethod
+    def between(cls, start: float, end: float, ts: torch.Tensor, n_times: int) -> Span:
+        """From ``start`` to ``end`` with the outputs ``ts`` (within them)."""
+        ends = ts.new_tensor([start, end])
+        grid, where = torch.unique(torch.cat([ends, ts]), sorted=True, return_inverse=True)
+        return cls(start, end, n_times, torch.cat([ts, ends[1:]]), grid, where[2:])
+
+    @classmethod
     def to_end(cls, start: float, end: float, w: torch.Tensor) -> Span:
         """From ``start`` to ``end`` with the one output at the end."""
         return cls(start, end, 1, w.new_tensor([end]), w.new_tensor([start, end]),
@@ -88,6 +95,8 @@ class PeriodSolver:
             if period.steady:
                 y, x, good = solve_steady(self, x, theta, outs, arrays, period, span, w,
                                           params)
+            elif self.fns.jumps is not None:
+                y, x, good = self.span_with_jumps(x, theta, outs, arrays, span, w, params)
             else:
                 y, x, good = self.span(x, theta, outs, arrays, span, w, params)
             ok = ok & good
@@ -110,6 +119,28 @@ class PeriodSolver:
             self.solvers.n_steps += int(steps)
             xs, x1 = ys, y1
         return xs[: span.n_times], x1, ok
+
+    def span_with_jumps(self, x0, theta, outs, arrays, span: Span, w, params):
+        """:meth:`span` split at the right-hand side's jump times
+        (:mod:`~petab_sciml.backends.torch.jumps`)."""
+        from petab_sciml.backends.torch.jumps import split_at_jumps
+
+        n = span.n_times
+        t0, t1 = w.new_tensor(span.start), w.new_tensor(span.end)
+        taus = self.fns.jumps(t0, theta, *outs).reshape(-1)
+        p = self.sens.vector(theta, outs, w)
+        rhs_arrays = self.rhs_arrays(arrays)
+
+        def solve(x, start, end, ts):
+            ys, x_end, ok = self.span(x, theta, outs, arrays,
+                                      Span.between(float(start), float(end), ts, n),
+                                      w, params)
+            return ys, x_end, ok
+
+        def field(t, x):
+            return self.fields.field_p(t, x, p, rhs_arrays, functional=False)
+
+        return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n])
 
     def span_to(self, x0, theta, outs, arrays, start: float, end: float, w, params):
         """:meth:`span` from ``start`` to ``end`` with the one output at the end."""

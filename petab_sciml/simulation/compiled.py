@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from petab_sciml.expressions import compile_expressions
+from petab_sciml.simulation.jumps import jump_time_exprs
 from petab_sciml.simulation.plan import SimulationPlan
 
 
@@ -22,6 +23,9 @@ class CompiledFormulas:
     """Per network (plan order): ``f(t, x, theta, *o) -> element inputs`` or None."""
     observables: list[Any]
     """Per observable: ``f(t, x, theta, *o, obs_pars) -> (value,)``."""
+    jumps: Any
+    """``jumps(t, theta, *o) -> times`` at which the right-hand side jumps
+    (:mod:`petab_sciml.simulation.jumps`), or None when it has none."""
     noise: list[Any]
     """Per observable: ``f(t, x, theta, *o, observable_pars, noise_pars) -> (sigma,)``.
 
@@ -41,6 +45,8 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
         return compile_expressions(list(exprs), args, backend=backend, name=name,
                                    broadcast=False)
 
+    jumps = jump_time_exprs([*plan.rhs_exprs, *(e for n in plan.networks if n.in_rhs
+                                                 for e in n.input_exprs)], plan.theta_ids)
     return CompiledFormulas(
         rhs=comp(plan.rhs_exprs, groups, "rhs"),
         x0=comp(plan.x0_exprs, no_x, "initial"),
@@ -50,4 +56,5 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
         observables=[comp([e], [*groups, op], f"observable_{i}")
                      for i, e in enumerate(plan.obs_exprs)],
         noise=[comp([e], [*groups, op, np_], f"noise_{i}") for i, e in enumerate(plan.noise_exprs)],
+        jumps=comp(jumps, no_x, "jumps") if jumps else None,
     )
