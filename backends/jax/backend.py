@@ -175,15 +175,27 @@ class JaxBackend:
         ``cache`` (default: on unless ``PETAB_SCIML_CACHE=0``) keeps the traced objective
         across processes in ``cache_dir`` (:mod:`~petab_sciml.backends.jax.cache`).
         Without ``solver``, a failed explicit solve is retried with an implicit solver
-        (:mod:`~petab_sciml.backends.jax.stiff_fallback`)."""
+        (:mod:`petab_sciml.simulation.stiff_fallback`)."""
+        from dataclasses import replace
+
+        from petab_sciml.simulation.stiff_fallback import (
+            IMPLICIT_SOLVER,
+            StiffFallbackExecutor,
+            explicit_options,
+        )
+
         from .cache import ExportCache, cache_enabled
         from .simulation import JaxExecutor, JaxOptions
-        from .stiff_fallback import StiffFallbackExecutor
 
         use_cache = cache_enabled() if cache is None else bool(cache)
-        executor = StiffFallbackExecutor if "solver" not in options else JaxExecutor
-        return executor(plan, JaxOptions(**options),
-                        ExportCache(cache_dir) if use_cache else None)
+        export_cache = ExportCache(cache_dir) if use_cache else None
+        if "solver" in options:
+            return JaxExecutor(plan, JaxOptions(**options), export_cache)
+        opts = JaxOptions(**options)
+        explicit = JaxExecutor(plan, JaxOptions(**explicit_options(options)), export_cache)
+        return StiffFallbackExecutor(
+            plan, "jax", explicit, lambda: JaxExecutor(
+                plan, replace(opts, solver=IMPLICIT_SOLVER), export_cache), opts.solver)
 
     def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
         """The whole problem as an ``equinox.Module`` (:mod:`.problem`)."""

@@ -7,6 +7,7 @@ a one-line error naming the ``torch`` extra.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,15 +26,29 @@ class TorchBackend:
         """The objective of a simulation plan in PyTorch: a
         :class:`~.simulation.TorchExecutor`, or with ``compile`` unset (None) an
         :class:`~.auto_compile.AutoCompileExecutor` (eager first, compiled once that
-        pays)."""
+        pays); without ``method``, a failed explicit solve is retried with an implicit
+        one (:mod:`petab_sciml.simulation.stiff_fallback`)."""
         require("torch", "torch")
         from petab_sciml.backends.torch.auto_compile import AutoCompileExecutor
         from petab_sciml.backends.torch.simulation import TorchExecutor, TorchOptions
+        from petab_sciml.simulation.stiff_fallback import (
+            IMPLICIT_SOLVER,
+            StiffFallbackExecutor,
+            explicit_options,
+        )
 
+        def explicit_executor(opts: TorchOptions) -> Any:
+            return (AutoCompileExecutor(plan, opts) if opts.compile is None
+                    else TorchExecutor(plan, opts))
+
+        if "method" in options:
+            return explicit_executor(TorchOptions(**options))
         opts = TorchOptions(**options)
-        if opts.compile is None:
-            return AutoCompileExecutor(plan, opts)
-        return TorchExecutor(plan, opts)
+        explicit = explicit_executor(TorchOptions(**explicit_options(options)))
+        return StiffFallbackExecutor(
+            plan, "torch", explicit, lambda: TorchExecutor(plan, replace(
+                opts, method=IMPLICIT_SOLVER, sensitivity="autograd", compile=False)),
+            opts.method)
 
     def problem_model(self, problem: Any, params: Any = None, **options: Any) -> Any:
         """The whole problem as a ``torch.nn.Module``

@@ -49,6 +49,24 @@ class Fields:
         p, arrays = args
         return self.field_p(t, y, p, arrays, functional=self.compile)
 
+    def state_jacobian(self, t, y, args):
+        """``d plain / d y`` at ``(t, y)`` (``args = (p, arrays)``), without gradient:
+        symbolic derivatives where the right-hand side has no network
+        (:attr:`jacobian`, the states' columns), the hybrid Jacobian where it applies,
+        else one backward pass per state."""
+        p, arrays = args
+        n_x = len(self.plan.state_ids)
+        with torch.no_grad():
+            if self.jacobian is not None:
+                theta, outs = self.sens.split(p, self.n_outputs)
+                values = self.jacobian(t, y, theta, *outs)
+                return values[n_x:].view(n_x, -1)[:, :n_x]
+            if self.hybrid.applies():
+                return self.hybrid(t, y, p, arrays)[1]
+        from petab_sciml.backends.torch.implicit import autograd_jacobian
+
+        return autograd_jacobian(self.plain, t, y, args)
+
     def augmented(self, t, y, args):
         """Solver field of the forward-sensitivity system: ``[f, (J_x S + [0 |
         J_p]).ravel()]`` with ``y = [x, S.ravel()]``, ``S`` ``(n_x, n_x + n_p)``."""

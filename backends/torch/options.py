@@ -10,6 +10,10 @@ SENSITIVITIES = ("forward", "autograd", "adjoint")
 FORWARD_METHODS = ("dopri5", "dopri8")
 """Methods of our own Runge-Kutta loop (forward sensitivities, batched solves)."""
 TORCHDIFFEQ_METHODS = ("dopri5", "dopri8", "bosh3", "adaptive_heun", "fehlberg2")
+IMPLICIT_METHODS = ("kvaerno5",)
+"""Implicit methods for stiff models (:mod:`~petab_sciml.backends.torch.implicit`): eager,
+``sensitivity="autograd"`` (back-propagation through the steps; ``forward``, the
+default, is resolved to it, as JAX's implicit solvers run in reverse mode)."""
 SYMBOLIC_JACOBIAN_MAX = 20_000
 """Largest right-hand-side Jacobian (entries) compiled from symbolic derivatives."""
 UNROLL_STAGES_MAX = 256
@@ -80,10 +84,29 @@ def check_options(options: TorchOptions) -> None:
     if options.sensitivity not in SENSITIVITIES:
         raise SimulationError(f"unknown sensitivity {options.sensitivity!r}; use "
                               f"{', '.join(SENSITIVITIES)}")
+    if options.method in IMPLICIT_METHODS:
+        if options.sensitivity != "autograd" or options.compile:
+            raise SimulationError(f"method {options.method!r} (implicit) runs eager with "
+                                  "sensitivity='autograd'")
+        return
     methods = FORWARD_METHODS if options.sensitivity == "forward" else TORCHDIFFEQ_METHODS
+    methods = (*methods, *IMPLICIT_METHODS)
     if options.method not in methods:
         raise SimulationError(f"unknown torch ODE method {options.method!r} for "
                               f"sensitivity {options.sensitivity!r}; known: "
                               f"{', '.join(methods)}")
     if options.compile and options.sensitivity != "forward":
         raise SimulationError("compile=True needs sensitivity='forward'")
+
+
+def resolved_options(options: TorchOptions) -> TorchOptions:
+    """``options`` with what is left open decided: ``compile=None`` eager (the
+    :class:`~petab_sciml.backends.torch.auto_compile.AutoCompileExecutor` decides above
+    this), and an implicit method's default ``forward`` sensitivity ``autograd``."""
+    from dataclasses import replace
+
+    if options.compile is None:
+        options = replace(options, compile=False)
+    if options.method in IMPLICIT_METHODS and options.sensitivity == "forward":
+        options = replace(options, sensitivity="autograd")
+    return options

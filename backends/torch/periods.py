@@ -12,7 +12,7 @@ import torch
 from petab_sciml.backends.torch.fields import Fields
 from petab_sciml.backends.torch.layout import PeriodLayout
 from petab_sciml.backends.torch.networks import Networks
-from petab_sciml.backends.torch.options import TorchOptions
+from petab_sciml.backends.torch.options import IMPLICIT_METHODS, TorchOptions
 from petab_sciml.backends.torch.sensitivity import ForwardSensitivity
 from petab_sciml.backends.torch.sensitivity_parameters import SensitivityParameters
 from petab_sciml.backends.torch.solvers import Solvers
@@ -105,6 +105,8 @@ class PeriodSolver:
 
     def span(self, x0, theta, outs, arrays, span: Span, w, params):
         """``(x at the span's output times, x at its end, ok)``."""
+        if self.options.method in IMPLICIT_METHODS:
+            return self._implicit(x0, theta, outs, arrays, span, w)
         if self.options.sensitivity != "forward":
             return self._torchdiffeq(x0, theta, outs, arrays, span, w, params)
         t0, t1 = w.new_tensor(span.start), w.new_tensor(span.end)
@@ -141,6 +143,15 @@ class PeriodSolver:
             return self.fields.field_p(t, x, p, rhs_arrays, functional=False)
 
         return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n])
+
+    def _implicit(self, x0, theta, outs, arrays, span: Span, w):
+        """:meth:`span` with an implicit method, back-propagation through its steps."""
+        t0, t1 = w.new_tensor(span.start), w.new_tensor(span.end)
+        p = self.sens.vector(theta, outs, w)
+        solve = self.solvers.get("implicit", x0.dtype)
+        ys, y1, ok, steps = solve(x0, t0, t1, span.ts, (p, self.rhs_arrays(arrays)))
+        self.solvers.n_steps += int(steps)
+        return ys[: span.n_times], y1, ok
 
     def span_to(self, x0, theta, outs, arrays, start: float, end: float, w, params):
         """:meth:`span` from ``start`` to ``end`` with the one output at the end."""

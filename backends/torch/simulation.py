@@ -52,9 +52,11 @@ from petab_sciml.backends.torch.observables import (
     observables_and_noise,
 )
 from petab_sciml.backends.torch.options import (
+    IMPLICIT_METHODS,
     UNROLL_STAGES_MAX,
     TorchOptions,
     check_options,
+    resolved_options,
 )
 from petab_sciml.backends.torch.periods import PeriodSolver
 from petab_sciml.backends.torch.sensitivity_parameters import sensitivity_parameters
@@ -83,10 +85,7 @@ class TorchExecutor:
 
         require("torchdiffeq", "torch")
         self.plan = plan
-        opts = options or TorchOptions()
-        if opts.compile is None:   # "when it pays" is AutoCompileExecutor's; here eager
-            opts = replace(opts, compile=False)
-        self.options = opts
+        self.options = opts = resolved_options(options or TorchOptions())
         check_options(opts)
         self.fns = compile_plan(plan, "torch")
         self.ordered_products = (opts.ordered_products if opts.ordered_products is not None
@@ -95,7 +94,8 @@ class TorchExecutor:
                                  ordered_products=self.ordered_products)
         self.sens = sens = sensitivity_parameters(plan)
         jacobian = (symbolic_jacobian(plan)
-                    if opts.sensitivity == "forward" and not sens.rhs_nets else None)
+                    if (opts.sensitivity == "forward" or opts.method in IMPLICIT_METHODS)
+                    and not sens.rhs_nets else None)
         if opts.unroll_stages is None:
             small = jacobian is not None and len(jacobian.expressions) <= UNROLL_STAGES_MAX
             self.options = opts = replace(opts, unroll_stages=small)

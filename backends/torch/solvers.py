@@ -23,7 +23,9 @@ class Solvers:
     states alone (our loop, compiled or eager); ``aug_batched``, the forward-sensitivity
     system of a batch; ``plain_batched``, a batch's states with back-propagation through
     the steps (the field is the :meth:`~petab_sciml.backends.torch.fields.Fields.batched_rhs`
-    closure, stages stacked, outputs from the dense output where the method has one)."""
+    closure, stages stacked, outputs from the dense output where the method has one);
+    ``implicit``, the states of one experiment with an implicit method
+    (:mod:`~petab_sciml.backends.torch.implicit`), back-propagation through the steps."""
 
     def __init__(self, fields: Fields, options: TorchOptions):
         self.fields = fields
@@ -46,6 +48,11 @@ class Solvers:
         fields = {"aug": self.fields.augmented, "plain": self.fields.plain,
                   "aug_batched": self.fields.augmented_batched,
                   "plain_batched": call_closure}
+        if kind == "implicit":
+            from petab_sciml.backends.torch.implicit import make_implicit_solve
+
+            return make_implicit_solve(self.fields.plain, rtol, atol, o.max_steps,
+                                       jacobian=self.fields.state_jacobian)
         solve_options = SolveOptions(o.method, rtol, atol, o.max_steps)
         if kind.endswith("_batched"):
             plain = kind == "plain_batched"

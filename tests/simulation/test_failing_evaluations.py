@@ -5,7 +5,7 @@
   formula), for each supported noise model (normal and Laplace; lin, log, log10);
 * noise values and log-scale measurements known before simulation: ``validate`` errors
   located at the table row;
-* an ODE too stiff for the step budget (JAX with its explicit solver chosen) and a
+* an ODE too stiff for the step budget (the explicit solvers chosen) and a
   measurement at t = 1e9: ``ok = False`` after ``max_steps`` steps, in both backends,
   under a wall-time guard that catches a hang (the CPU time ratio is
   ``benchmarks/bench_failing_solves.py``'s).
@@ -100,8 +100,8 @@ def test_failing_solves_end_with_ok_false_within_the_step_budget(backend, build,
     env = {**os.environ, "PYTHONPATH": str(REPO), "PETAB_SCIML_CACHE": "0"}
     done = subprocess.run([sys.executable, str(REPO / "tests" / "support" / "hostile_evaluate.py"),
                            str(problem), backend, "max_steps=3000",
-                           # JAX's default retries a failed solve with an implicit solver
-                           *(["solver=dopri8"] if backend == "jax" else [])],
+                           # the defaults retry a failed solve with an implicit solver
+                           {"jax": "solver=dopri8", "torch": "method=dopri8"}[backend]],
                           capture_output=True,
                           text=True, env=env, timeout=HANG_SECONDS)
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]

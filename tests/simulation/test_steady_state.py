@@ -258,6 +258,7 @@ def test_plan_periods(problem_path):
     ("jax", {"sensitivity": "forward", "batch_experiments": False}),
     ("torch", {"sensitivity": "forward"}),
     ("torch", {"sensitivity": "autograd"}),
+    ("torch", {"method": "kvaerno5"}),
 ])
 @pytest.mark.slow
 def test_steady_state_against_analytic(problem_path, backend, options):

@@ -838,12 +838,15 @@ def _(root):
               for backend in ("jax", "torch"))]
 
 
+EXPLICIT = {"jax": "solver=dopri8", "torch": "method=dopri8"}
+"""The explicit solver chosen: the defaults would retry a failed solve implicitly."""
+
+
 def _failing_solve(problem: Path) -> list[Run]:
-    """JAX's explicit solver and PyTorch on ``problem`` with the same step budget: both
-    fail alike (JAX's default would retry with an implicit solver)."""
-    return [Run([*EVALUATE, str(problem), backend, "max_steps=3000",
-                 *(["solver=dopri8"] if backend == "jax" else [])], 1, [SOLVE_FAILED],
-                **EVALUATION_BUDGET) for backend in ("jax", "torch")]
+    """Both backends' explicit solvers on ``problem`` with the same step budget: both
+    fail alike."""
+    return [Run([*EVALUATE, str(problem), backend, "max_steps=3000", EXPLICIT[backend]], 1,
+                [SOLVE_FAILED], **EVALUATION_BUDGET) for backend in ("jax", "torch")]
 
 
 @case("solve_stiff", "a stiff problem: JAX stops at max_steps, PyTorch ran past 300 s")
@@ -851,10 +854,11 @@ def _(root):
     from tests.support.hostile_solves import stiff_problem
 
     problem = stiff_problem(root)
-    # JAX's default: the explicit solve fails within the budget, the implicit one solves
-    handled = Run([*EVALUATE, str(problem), "jax", "max_steps=3000"], 0,
-                  ["ok=True", "succeeded with the implicit kvaerno5"], **EVALUATION_BUDGET)
-    return [*_failing_solve(problem), handled]
+    # the defaults: the explicit solve fails within the budget, the implicit one solves
+    handled = [Run([*EVALUATE, str(problem), backend, "max_steps=3000"], 0,
+                   ["ok=True", "succeeded with the implicit kvaerno5"], **EVALUATION_BUDGET)
+               for backend in ("jax", "torch")]
+    return [*_failing_solve(problem), *handled]
 
 
 @case("solve_time_1e9", "a measurement time of 1e9: the same")

@@ -33,7 +33,8 @@ def _case(name: str):
 def test_short_sessions_stay_eager():
     problem = _case("004")
     sim = problem.simulator()
-    assert isinstance(sim.executor, auto_compile.AutoCompileExecutor)
+    # the explicit executor under the stiff fallback (petab_sciml/simulation/stiff_fallback.py)
+    assert isinstance(sim.executor.explicit, auto_compile.AutoCompileExecutor)
     for _ in range(2):
         sim.value_and_grad()
     assert sim.executor.compiled is None
