@@ -47,7 +47,15 @@ def model_leaves(model: Any) -> list:
 
 def save(task: FitTask, fingerprint: str, batch, previous, states, active, done: int,
          traces, stopped) -> None:
-    """Write each start's checkpoint of ``task`` atomically."""
+    """Write each start's checkpoint of ``task`` atomically (interrupts held back until
+    they are written)."""
+    from petab_sciml.fit.signals import signals_deferred
+
+    with signals_deferred():
+        _save(task, fingerprint, batch, previous, states, active, done, traces, stopped)
+
+
+def _save(task, fingerprint, batch, previous, states, active, done, traces, stopped):
     from petab_sciml.safe_write import write_bytes
 
     for i, start in enumerate(task.starts):

@@ -58,16 +58,19 @@ class Restored:
 def save_checkpoint(path: Path, identity: dict[str, Any], module: Any, opt: Any, step: int,
                     trace: list[float], stopped_at: int, previous: list[torch.Tensor]
                     ) -> None:
-    """Write the checkpoint of one start atomically."""
+    """Write the checkpoint of one start atomically (interrupts held back until it is
+    written)."""
+    from petab_sciml.fit.signals import signals_deferred
     from petab_sciml.safe_write import write_bytes
 
-    buffer = io.BytesIO()
-    torch.save({"identity": identity, "module": module.state_dict(),
-                "optimizer": opt.state_dict(), "generator": module.generator.get_state(),
-                "step": step, "trace": trace, "stopped_at": stopped_at,
-                "previous": previous}, buffer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes(path, buffer.getvalue(), overwrite=True)
+    with signals_deferred():
+        buffer = io.BytesIO()
+        torch.save({"identity": identity, "module": module.state_dict(),
+                    "optimizer": opt.state_dict(), "generator": module.generator.get_state(),
+                    "step": step, "trace": trace, "stopped_at": stopped_at,
+                    "previous": previous}, buffer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, buffer.getvalue(), overwrite=True)
 
 
 def load_checkpoint(path: Path, identity: dict[str, Any], module: Any, opt: Any,

@@ -6,14 +6,17 @@ than an implicit solver.  Many published systems-biology models are stiff, and t
 ``dopri8`` exhausts ``max_steps`` (``ok=False``) where an implicit solver gives the
 right answer.  A user who calls ``objective()`` should get that answer without knowing
 the word "stiff", so :class:`StiffFallbackExecutor` runs the explicit solver and, when
-a call's ODE solve fails, runs the same call with the backend's implicit solver
+the *first* call's ODE solve fails, runs that call with the backend's implicit solver
 (``kvaerno5`` in both); if that succeeds, it says so in one ``RuntimeWarning`` line and
 keeps the implicit solver for every later call.  If the implicit solver fails as well,
 the explicit result is returned (a failure that is not stiffness: a blow-up, a
-non-finite state) and the explicit solver stays; after :data:`MAX_FALLBACK_TRIES` such
-double failures the fallback is no longer tried.  Choosing the solver (JAX ``solver=``,
-PyTorch ``method=``) turns all of this off.  Without ``max_steps`` the explicit solver
-gets :data:`EXPLICIT_TRY_MAX_STEPS` steps per solve (:func:`explicit_options`).
+non-finite state) and the explicit solver stays.  The choice is made once, at the first
+call: an optimizer that later wanders into parameters where the solve fails gets
+``ok=False`` there, as before, and the objective stays one function (a switch in
+mid-optimization changed its values at the 1e-9 level and made runs depend on their
+path).  Choosing the solver (JAX ``solver=``, PyTorch ``method=``) turns all of this
+off.  Without ``max_steps`` the explicit solver gets :data:`EXPLICIT_TRY_MAX_STEPS`
+steps per solve (:func:`explicit_options`).
 """
 
 from __future__ import annotations
@@ -34,9 +37,6 @@ EXPLICIT_TRY_MAX_STEPS = 10_000
 ``max_steps``: a stiff model fails it quickly (PyTorch's eager explicit loop took 190 s
 of CPU to exhaust the default 100,000 steps on Boehm_JProteomeRes2014), and a non-stiff
 model that needs more steps still gets the right answer, from the implicit solver."""
-MAX_FALLBACK_TRIES = 3
-"""Failed calls retried with the implicit solver before the retries stop, where the
-implicit solver failed too each time."""
 
 
 def explicit_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +52,7 @@ class StiffFallbackExecutor(SwitchingExecutor):
     ``explicit_solver`` names the explicit one in the warning.  Attributes other than
     :meth:`run` are the active executor's."""
 
-    own = frozenset({"plan", "backend", "explicit", "implicit", "switched", "tries_left",
+    own = frozenset({"plan", "backend", "explicit", "implicit", "switched", "decided",
                      "explicit_solver", "_make_implicit"})
 
     def __init__(self, plan: SimulationPlan, backend: str, explicit: Any,
@@ -62,7 +62,8 @@ class StiffFallbackExecutor(SwitchingExecutor):
         self.explicit = explicit
         self.implicit: Any = None
         self.switched = False
-        self.tries_left = MAX_FALLBACK_TRIES
+        self.decided = False
+        """The first call has run: the solver is chosen for good."""
         self.explicit_solver = explicit_solver
         self._make_implicit = make_implicit
 
@@ -75,13 +76,14 @@ class StiffFallbackExecutor(SwitchingExecutor):
         return (self.explicit, self.implicit)
 
     def run(self, kind: str, w: np.ndarray) -> Any:
-        """As the executors' ``run``; a failed explicit solve is retried implicitly."""
+        """As the executors' ``run``; a failed explicit solve of the first call is
+        retried implicitly."""
         if self.switched:
             return self.implicit.run(kind, w)
         result = self.explicit.run(kind, w)
-        if self.tries_left <= 0 or _solved(kind, result):
+        first, self.decided = not self.decided, True
+        if not first or _solved(kind, result):
             return result
-        self.tries_left -= 1
         if self.implicit is None:
             self.implicit = self._make_implicit()
         retried = self.implicit.run(kind, w)

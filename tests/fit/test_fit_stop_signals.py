@@ -119,3 +119,20 @@ def test_sigterm_and_sighup_checkpoint_then_resume_equals_uninterrupted(tmp_path
             np.testing.assert_allclose(a.trace, b.trace, rtol=1e-10, atol=0, err_msg=name)
             np.testing.assert_allclose(a.w, b.w, rtol=1e-10, atol=1e-12, err_msg=name)
             assert a.value == pytest.approx(b.value, rel=1e-10, abs=0), name
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_during_a_checkpoint_write_comes_after_it(signum):
+    """``signals_deferred`` (around every checkpoint write) holds Ctrl-C and SIGTERM
+    back: the block finishes, then the interrupt is raised."""
+    from petab_sciml.fit.signals import FitSignalled, signals_deferred, stop_signals_interrupt
+
+    finished = []
+    with pytest.raises(KeyboardInterrupt) as caught, stop_signals_interrupt():
+        with signals_deferred():
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)
+            finished.append(True)
+        time.sleep(0.05)   # the interrupt arrives here at the latest
+    assert finished == [True]
+    assert isinstance(caught.value, FitSignalled) == (signum == signal.SIGTERM)

@@ -121,6 +121,23 @@ def test_non_stiff_model_stays_explicit(tmp_path, backend):
     _check_against_analytic(ev, 0.8, 0.6)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_solver_is_chosen_at_the_first_call_only(tmp_path, backend):
+    """A later call that fails (an optimizer wandering into stiff parameters) gives
+    ``ok=False`` and keeps the explicit solver: the objective stays one function."""
+    sim, ev, caught = _evaluate(write_problem(tmp_path / "mild", 0.8, 0.6), backend,
+                                max_steps=3000)
+    assert ev.ok and caught == []
+    w = sim.plan.w0.copy()
+    w[[sim.plan.mech_ids.index("k1"), sim.plan.mech_ids.index("k2")]] = [8e5, 6e5]
+    with warnings.catch_warnings(record=True) as later:
+        warnings.simplefilter("always")
+        stiff = sim.evaluate(w, grad=False)
+    assert not stiff.ok and "max_steps" in stiff.reason
+    assert not sim.executor.switched and sim.executor.implicit is None
+    assert [x for x in later if x.category is RuntimeWarning] == []
+
+
 @requires_suite
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
