@@ -181,7 +181,6 @@ class JaxBackend:
         from petab_sciml.simulation.stiff_fallback import (
             IMPLICIT_SOLVER,
             StiffFallbackExecutor,
-            explicit_options,
         )
 
         from .cache import ExportCache, cache_enabled
@@ -192,7 +191,7 @@ class JaxBackend:
         if "solver" in options:
             return JaxExecutor(plan, JaxOptions(**options), export_cache)
         opts = JaxOptions(**options)
-        explicit = JaxExecutor(plan, JaxOptions(**explicit_options(options)), export_cache)
+        explicit = JaxExecutor(plan, opts, export_cache)
         return StiffFallbackExecutor(
             plan, "jax", explicit, lambda: JaxExecutor(
                 plan, replace(opts, solver=IMPLICIT_SOLVER), export_cache), opts.solver)
