@@ -128,11 +128,21 @@ def test_an_interrupt_during_a_checkpoint_write_comes_after_it(signum):
     from petab_sciml.fit.signals import FitSignalled, signals_deferred, stop_signals_interrupt
 
     finished = []
-    with pytest.raises(KeyboardInterrupt) as caught, stop_signals_interrupt():
-        with signals_deferred():
-            os.kill(os.getpid(), signum)
-            time.sleep(0.05)
-            finished.append(True)
-        time.sleep(0.05)   # the interrupt arrives here at the latest
+    # Python's own Ctrl-C handler, as in the CLI (pytest-xdist's workers ignore SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught, stop_signals_interrupt():
+            _interrupt_inside(signals_deferred, signum, finished)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert finished == [True]
     assert isinstance(caught.value, FitSignalled) == (signum == signal.SIGTERM)
+
+
+def _interrupt_inside(signals_deferred, signum: int, finished: list) -> None:
+    """Send ``signum`` inside a ``signals_deferred`` block that then finishes."""
+    with signals_deferred():
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)
+        finished.append(True)
+    time.sleep(0.05)   # the interrupt arrives here at the latest
