@@ -21,7 +21,7 @@ pytest.importorskip("libsbml")
 
 from petab_sciml.expressions import TIME  # noqa: E402
 from petab_sciml.simulation.jumps import jump_time_exprs  # noqa: E402
-from tests.support.problems.models import lv_sbml  # noqa: E402
+from tests.support.problems.models import lv_sbml, write_one_observable_problem  # noqa: E402
 
 X0, A, D, TAU = 2.0, 3.0, 0.7, 1.3
 TIMES = [0.5, 1.0, 1.25, 2.0, 3.5]   # none at tau: x(t) has a kink in tau there
@@ -30,26 +30,16 @@ SIGMA = 0.3
 PARAMETERS = ("a", "d", "tau")
 
 
-def write_problem(folder: Path, tau_row: str = f"tau\t0\t10\t{TAU}\ttrue\n") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.xml").write_text(lv_sbml(
-        "stimulus", {"X": X0}, {"a": A, "d": D, "tau": TAU},
-        [("on", [], ["X"], "piecewise(0, time < tau, a)"), ("decay", ["X"], [], "d * X")]))
-    (folder / "observables.tsv").write_text(
-        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
-        f"obs_x\tX\t{SIGMA}\tnormal\n")
-    (folder / "measurements.tsv").write_text(
-        "observableId\ttime\tmeasurement\n"
-        + "".join(f"obs_x\t{t}\t{m}\n" for t, m in zip(TIMES, MEASURED, strict=True)))
-    (folder / "parameters.tsv").write_text(
-        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
-        f"a\t0\t10\t{A}\ttrue\nd\t0\t10\t{D}\ttrue\n" + tau_row)
-    (folder / "problem.yaml").write_text(
-        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
-        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
-        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
-        "condition_files: []\nexperiment_files: []\n")
-    return folder / "problem.yaml"
+def write_problem(folder: Path, taus: dict[str, float] | None = None) -> Path:
+    """The model's problem; ``taus``: the estimated jump-time parameters (default
+    ``tau``)."""
+    sbml = lv_sbml("stimulus", {"X": X0}, {"a": A, "d": D, "tau": TAU},
+                   [("on", [], ["X"], "piecewise(0, time < tau, a)"),
+                    ("decay", ["X"], [], "d * X")])
+    taus = {"tau": TAU} if taus is None else taus
+    return write_one_observable_problem(
+        folder, sbml, "X", TIMES, MEASURED, SIGMA,
+        {"a": (0, 10, A), "d": (0, 10, D), **{k: (0, 10, v) for k, v in taus.items()}})
 
 
 def analytic_x(t: float, a: float, d: float, tau: float) -> float:
@@ -121,14 +111,14 @@ def test_value_and_tau_gradient_match_the_analytic_solution(tmp_path, backend,
 def write_two_experiments(folder: Path) -> Path:
     """The model in two experiments whose jump times are the parameters tau_1 and tau_2
     (set by their conditions); experiment 2's lies after its last measurement."""
-    path = write_problem(folder, tau_row="tau_1\t0\t10\t1.3\ttrue\ntau_2\t0\t10\t5.0\ttrue\n")
+    path = write_problem(folder, {"tau_1": 1.3, "tau_2": 5.0})
     (folder / "conditions.tsv").write_text(
         "conditionId\ttargetId\ttargetValue\nc1\ttau\ttau_1\nc2\ttau\ttau_2\n")
     (folder / "experiments.tsv").write_text(
         "experimentId\ttime\tconditionId\ne1\t0\tc1\ne2\t0\tc2\n")
     (folder / "measurements.tsv").write_text(
         "observableId\texperimentId\ttime\tmeasurement\n"
-        + "".join(f"obs_x\t{e}\t{t}\t{m}\n" for e in ("e1", "e2")
+        + "".join(f"obs\t{e}\t{t}\t{m}\n" for e in ("e1", "e2")
                   for t, m in zip(TIMES, MEASURED, strict=True)))
     text = path.read_text().replace("condition_files: []", "condition_files: [conditions.tsv]")
     path.write_text(text.replace("experiment_files: []", "experiment_files: [experiments.tsv]"))

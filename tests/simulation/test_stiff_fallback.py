@@ -24,7 +24,7 @@ pytest.importorskip("libsbml")
 BACKENDS = ["jax", "torch"]
 CHOSEN = {"jax": {"solver": "dopri8"}, "torch": {"method": "dopri8"}}
 
-from tests.support.problems.models import lv_sbml  # noqa: E402
+from tests.support.problems.models import lv_sbml, write_one_observable_problem  # noqa: E402
 from tests.support.suite import SUITE, requires_suite  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("restore_x64")
@@ -35,25 +35,10 @@ SIGMA = 0.5
 
 
 def write_problem(folder: Path, k1: float, k2: float) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.xml").write_text(lv_sbml(
-        "conversion", {"A": 1.0, "B": 0.0}, {"k1": k1, "k2": k2},
-        [("forward", ["A"], ["B"], "k1 * A"), ("back", ["B"], ["A"], "k2 * B")]))
-    (folder / "observables.tsv").write_text(
-        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
-        f"obs_a\tA\t{SIGMA}\tnormal\n")
-    (folder / "measurements.tsv").write_text(
-        "observableId\ttime\tmeasurement\n"
-        + "".join(f"obs_a\t{t}\t{m}\n" for t, m in zip(TIMES, MEASURED, strict=True)))
-    (folder / "parameters.tsv").write_text(
-        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
-        f"k1\t0\t1e7\t{k1}\ttrue\nk2\t0\t1e7\t{k2}\ttrue\n")
-    (folder / "problem.yaml").write_text(
-        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
-        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
-        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
-        "condition_files: []\nexperiment_files: []\n")
-    return folder / "problem.yaml"
+    sbml = lv_sbml("conversion", {"A": 1.0, "B": 0.0}, {"k1": k1, "k2": k2},
+                   [("forward", ["A"], ["B"], "k1 * A"), ("back", ["B"], ["A"], "k2 * B")])
+    return write_one_observable_problem(folder, sbml, "A", TIMES, MEASURED, SIGMA,
+                                        {"k1": (0, 1e7, k1), "k2": (0, 1e7, k2)})
 
 
 def analytic(k1: float, k2: float) -> tuple[np.ndarray, float, np.ndarray]:

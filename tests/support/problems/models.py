@@ -420,3 +420,30 @@ def dandekar_sir(*, network_parameters_zero: bool = True) -> Example:
 
 OLDER_DRAFT_EXAMPLES = (getting_started, how_to_dmms, how_to_neural_ode, how_to_observable)
 BENCHMARK_EXAMPLES = (ko_pendulum, dandekar_sir)
+
+
+def write_one_observable_problem(folder: Path, sbml: str, state: str, times: list[float],
+                                 measured: list[float], sigma: float,
+                                 parameters: dict[str, tuple[float, float, float]]
+                                 ) -> Path:
+    """A plain PEtab v2 problem in ``folder``: the SBML text ``sbml``, one observable
+    ``obs`` of ``state`` with normal noise ``sigma``, its measurements at ``times``, and
+    the estimated ``parameters`` ``{id: (lower, upper, nominal)}``; returns its
+    ``problem.yaml``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.xml").write_text(sbml)
+    (folder / "observables.tsv").write_text(
+        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+        f"obs\t{state}\t{sigma}\tnormal\n")
+    (folder / "measurements.tsv").write_text(
+        "observableId\ttime\tmeasurement\n"
+        + "".join(f"obs\t{t}\t{m}\n" for t, m in zip(times, measured, strict=True)))
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        + "".join(f"{k}\t{lo}\t{hi}\t{v}\ttrue\n" for k, (lo, hi, v) in parameters.items()))
+    (folder / "problem.yaml").write_text(
+        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
+        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
+        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
+        "condition_files: []\nexperiment_files: []\n")
+    return folder / "problem.yaml"
