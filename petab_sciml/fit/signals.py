@@ -36,25 +36,20 @@ def _in_main_thread() -> bool:
 
 
 @contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`FitSignalled` (once: later
-    ones are ignored, so that the checkpoints being written are finished).  Outside the
-    main thread (where Python cannot handle signals) it does nothing."""
+def _handlers_replaced(signums, handler, *, keep_ignored: bool = True) -> Iterator[None]:
+    """Within the block, ``handler`` handles each of ``signums`` (those ignored, or with
+    a handler not set from Python, keep theirs where ``keep_ignored``); outside the main
+    thread (where Python cannot handle signals) nothing changes."""
     if not _in_main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-        raise FitSignalled(signum)
-
     saved = {}
-    for s in STOP_SIGNALS:
+    for s in signums:
         previous = signal.getsignal(s)
-        if previous is not signal.SIG_IGN:
-            saved[s] = previous
-            signal.signal(s, handler)
+        if keep_ignored and (previous is signal.SIG_IGN or previous is None):
+            continue
+        saved[s] = previous
+        signal.signal(s, handler)
     try:
         yield
     finally:
@@ -63,19 +58,26 @@ def stop_signals_interrupt() -> Iterator[None]:
 
 
 @contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`FitSignalled` (once: later
+    ones are ignored, so that the checkpoints being written are finished).  Outside the
+    main thread (where Python cannot handle signals) it does nothing."""
+    def handler(signum, frame):
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        raise FitSignalled(signum)
+
+    with _handlers_replaced(STOP_SIGNALS, handler):
+        yield
+
+
+@contextmanager
 def children_ignore_stop_signals() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP are ignored, and so they are in processes
     started then (an ignored signal stays ignored across ``exec``).  A signal sent to this
     process within the block is lost: keep the block to the start of the processes."""
-    if not _in_main_thread():
+    with _handlers_replaced(STOP_SIGNALS, signal.SIG_IGN, keep_ignored=False):
         yield
-        return
-    saved = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, previous in saved.items():
-            signal.signal(s, previous)
 
 
 @contextmanager
@@ -86,24 +88,14 @@ def signals_deferred() -> Iterator[None]:
     half closed and raised a ``ValueError`` in place of the ``KeyboardInterrupt``).
     Held at the handler, not by a signal mask: a process-directed signal goes to any
     thread that does not block it.  Outside the main thread it does nothing."""
-    if not _in_main_thread():
-        yield
-        return
     received: list[int] = []
 
     def hold(signum, frame):
         received.append(signum)
 
-    saved = {}
-    for s in (signal.SIGINT, *STOP_SIGNALS):
-        previous = signal.getsignal(s)
-        if previous is not signal.SIG_IGN and previous is not None:
-            saved[s] = previous
-            signal.signal(s, hold)
     try:
-        yield
+        with _handlers_replaced((signal.SIGINT, *STOP_SIGNALS), hold):
+            yield
     finally:
-        for s, previous in saved.items():
-            signal.signal(s, previous)
         if received:
             signal.raise_signal(received[0])
