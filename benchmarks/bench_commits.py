@@ -47,10 +47,9 @@ def problem_path(case: str, tmp: Path) -> Path:
         if not (folder / "problem.yaml").exists():
             write_widened_problem(int(case[4:]), folder, problem_path("001", tmp).parent)
         return folder / "problem.yaml"
-    from petab_sciml.testcases import default_suite
+    from petab_sciml.testcases import suite_problem
 
-    return (default_suite() / "test_cases" / "sciml_problem_import" / case / "petab"
-            / "problem.yaml")
+    return suite_problem(case)
 
 
 def worker(path: str, backend: str, calls: int) -> dict:

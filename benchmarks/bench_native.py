@@ -35,12 +35,9 @@ sys.path.insert(0, str(REPO))
 
 
 def suite_case(case: str) -> Path:
-    from petab_sciml.testcases import default_suite
+    from petab_sciml.testcases import suite_problem
 
-    suite = default_suite()
-    if suite is None:
-        raise SystemExit("official suite not found: set PETAB_SCIML_TESTSUITE")
-    return suite / "test_cases" / "sciml_problem_import" / case / "petab" / "problem.yaml"
+    return suite_problem(case)
 
 
 def median_time(fn, evals: int) -> float:

@@ -44,12 +44,9 @@ AMICI_REFERENCE = {"eval": (0.29, 0.55), "first": (14.0, 23.0)}
 
 def suite_case(case: str) -> Path:
     sys.path.insert(0, str(REPO))
-    from petab_sciml.testcases import default_suite
+    from petab_sciml.testcases import suite_problem
 
-    suite = default_suite()
-    if suite is None:
-        raise SystemExit("official suite not found: set PETAB_SCIML_TESTSUITE")
-    return suite / "test_cases" / "sciml_problem_import" / case / "petab" / "problem.yaml"
+    return suite_problem(case)
 
 
 # ----------------------------------------------------------------------------- workers

@@ -59,12 +59,9 @@ MODES = ("forward", "reverse")
 
 
 def suite_case_dir() -> Path:
-    from petab_sciml.testcases import default_suite
+    from petab_sciml.testcases import suite_problem
 
-    suite = default_suite()
-    if suite is None:
-        raise SystemExit("official suite not found: set PETAB_SCIML_TESTSUITE")
-    return suite / "test_cases" / "sciml_problem_import" / "001" / "petab"
+    return suite_problem("001").parent
 
 
 # ----------------------------------------------------------------------------- by hand

@@ -40,6 +40,16 @@ DROPOUT_PASS_FACTOR = 4
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def suite_problem(case: str) -> Path:
+    """``problem.yaml`` of the official suite's SciML problem-import case ``case``
+    (``"001"``) in :func:`default_suite`; raises :class:`FileNotFoundError` naming
+    ``PETAB_SCIML_TESTSUITE`` when no suite is found."""
+    suite = default_suite()
+    if suite is None:
+        raise FileNotFoundError(f"official PEtab SciML suite not found: set {SUITE_ENV}")
+    return suite / "test_cases" / "sciml_problem_import" / case / "petab" / "problem.yaml"
+
+
 def default_suite() -> Path | None:
     """The official suite: ``$PETAB_SCIML_TESTSUITE``, else ``../shared/petab_sciml_testsuite``
     beside the repository or the working directory, if present."""
