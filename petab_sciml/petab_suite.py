@@ -6,7 +6,7 @@ column in measurement-table order) and their absolute tolerances ``tol_llh``,
 ``tol_chi2`` and ``tol_simulations``.  Each case is loaded and evaluated once at its
 nominal parameters in each backend; a case passes when every reference it has matches
 within its tolerance.  A case that cannot be loaded or evaluated fails with the reason
-(for example ``events are not supported``).
+(for example ``events with a delay are not supported``).
 """
 
 from __future__ import annotations

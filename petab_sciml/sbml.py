@@ -11,7 +11,8 @@ formulas and condition targets refer to -- a species is a concentration unless i
 divided by the compartment size for concentration species.  See ``docs/sbml.md`` for the
 supported subset.
 
-Unsupported constructs (events, algebraic rules, ``delay``, ``rateOf``, ``factorial``, fast
+Events are read as :mod:`petab_sciml.sbml_events` describes.  Unsupported constructs
+(events with delays, algebraic rules, ``delay``, ``rateOf``, ``factorial``, fast
 reactions, variable stoichiometry, required SBML packages, ...) raise
 :class:`UnsupportedSbmlError` at load, naming the SBML element.
 """
@@ -38,6 +39,7 @@ from petab_sciml.expressions import (
     parse,
     sympy_number,
 )
+from petab_sciml.sbml_events import SbmlEvent, event_targets, read_events
 
 __all__ = [
     "SbmlError",
@@ -111,6 +113,9 @@ class OdeModel:
     ``fluxes``
         ``reaction id -> kinetic law`` (substance/time); a reaction id used in math is its
         rate.
+    ``events``
+        The SBML events (:mod:`petab_sciml.sbml_events`), in execution order for
+        simultaneous ones.  Their targets are states.
     """
 
     model_id: str
@@ -124,6 +129,7 @@ class OdeModel:
     derived: Mapping[str, sympy.Expr] = field(default_factory=dict)
     rules: Mapping[str, sympy.Expr] = field(default_factory=dict)
     fluxes: Mapping[str, sympy.Expr] = field(default_factory=dict)
+    events: tuple[SbmlEvent, ...] = ()
     source: str | None = None
 
     # ----------------------------------------------------------------- ids and values
@@ -681,9 +687,6 @@ class _Importer:
         m, doc = self.m, self.doc
         if doc is not None and doc.getLevel() >= 3:
             _refuse_required_packages(doc, self.file)
-        for i, ev in enumerate(m.getListOfEvents()):
-            eid = ev.getId() or f"#{i + 1}"
-            self.fail("events are not supported", f"event {eid!r}")
         for i, rule in enumerate(m.getListOfRules()):
             if rule.isAlgebraic():
                 formula = self.L.formulaToL3String(rule.getMath()) if rule.getMath() else ""
@@ -771,12 +774,13 @@ class _Importer:
                 return default
             return self.math(ia.getMath(), f"initialAssignment {eid!r}")
 
-        # compartments
+        # compartments (constants that events assign are states: d/dt = 0)
+        targets = event_targets(m)
         comp_state: list[str] = []
         for c in compartments:
             cid = c.getId()
             size = c.getSize() if c.isSetSize() else 1.0
-            if cid in rate_rules:
+            if cid in rate_rules or cid in targets:
                 comp_state.append(cid)
                 initial[cid] = ia_or(cid, sympy_number(size))
             elif cid in assignment_rules:
@@ -791,7 +795,7 @@ class _Importer:
         for p in parameters:
             pid = p.getId()
             value = p.getValue() if p.isSetValue() else float("nan")
-            if pid in rate_rules:
+            if pid in rate_rules or pid in targets:
                 param_state.append(pid)
                 initial[pid] = ia_or(pid, sympy_number(value))
             elif pid in assignment_rules:
@@ -913,7 +917,8 @@ class _Importer:
                 )
             rates[sid] = rate
         for eid in comp_state + param_state:
-            rates[eid] = self.math(rate_rules[eid].getMath(), f"rateRule {eid!r}")
+            rates[eid] = (self.math(rate_rules[eid].getMath(), f"rateRule {eid!r}")
+                          if eid in rate_rules else sympy.Integer(0))
         # dV/dt of rate-rule compartments in concentration species
         dv = {_sym(f"__rate_{c}"): rates[c] for c in comp_state}
         if dv:
@@ -943,6 +948,7 @@ class _Importer:
             derived=derived,
             rules=rules,
             fluxes=fluxes,
+            events=read_events(self, species_info, state_kinds),
             source=self.file,
         )
 

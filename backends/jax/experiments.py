@@ -94,12 +94,16 @@ def group_values(plan: SimulationPlan, networks: BoundNetworks, theta_base: Any,
 
 def experiment_solver(n_periods: int, groups: GroupValues, x0: Callable[..., Any],
                       change: ChangeValues | None, solve: PeriodSolve,
-                      empty_outs: Callable[[], list[Any]]) -> Callable[..., Any]:
+                      empty_outs: Callable[[], list[Any]], events: Any = None
+                      ) -> Callable[..., Any]:
     """``experiment(start, end, ts, th_t, th_s, st_t, st_s, group, t_inf=None) ->
     (x at ts per period, theta per period, ok)`` for an experiment of ``n_periods``
     periods (the ``b{b}_*`` arrays of :mod:`.data_layout`, one experiment's rows):
     initial states ``x0(t0, theta, *outs)``, then per period its condition changes and
-    its solve; with ``t_inf``, points at ``t = inf`` read the period's end state."""
+    its solve; with ``t_inf``, points at ``t = inf`` read the period's end state.
+    ``events`` (:class:`.events.Events`): the SBML events, fired at each period's start
+    after its changes; a solve in which a state-triggered event's trigger changed is not
+    ``ok``."""
     import jax.numpy as jnp
 
     def experiment(start, end, ts, th_t, th_s, st_t, st_s, group, t_inf=None):
@@ -114,13 +118,21 @@ def experiment_solver(n_periods: int, groups: GroupValues, x0: Callable[..., Any
             vals = change(t0, x, theta, outs, st_s[0])
             x = x.at[st_t[0]].set(vals, mode="drop")
         ys, thetas, oks = [], [], []
+        before = None if events is None else jnp.asarray(events.initial)
         for k in range(n_periods):
             if k > 0 and change is not None:
                 vals = change(start[k], x, theta, outs, jnp.concatenate([th_s[k], st_s[k]]))
                 n_th = th_s.shape[1]
                 theta = theta.at[th_t[k]].set(vals[:n_th], mode="drop")
                 x = x.at[st_t[k]].set(vals[n_th:], mode="drop")
+            if events is not None:
+                x = events.fire_at_start(start[k], x, theta, outs, before)
+                x_start = x
             y, x, good = solve(x, theta, outs, arrays, start[k], end[k], ts[k])
+            if events is not None:
+                good = good & events.unchanged_inside(start[k], x_start, ts[k], y, end[k],
+                                                      x, theta, outs)
+                before = events.status(end[k], x, theta, outs, left=True)
             if t_inf is not None:   # steady-state measurements: the end state
                 y = jnp.where(t_inf[k][:, None], x[None, :], y)
             ys.append(y)

@@ -10,6 +10,12 @@ constants; the state carried across a jump inside the period gets
 derivative the sensitivity jump ``dx(tau+)/dtau = f(tau-) - f(tau+)`` that ``tau``'s
 influence on the solution consists of.  A jump time outside the period gives a solve of
 length zero and no correction.
+
+Where an SBML event fires at the jump (an event at a parameter-dependent time,
+:mod:`petab_sciml.simulation.events`), the state carried across is
+``h(x + f(tau-) dtau) - f(tau+, h) dtau`` with ``dtau = tau - stop_gradient(tau)`` and ``h``
+the event's assignments: the event's value, and in derivative the sensitivity jump of an
+event at a parameter-dependent time.
 """
 
 from __future__ import annotations
@@ -22,38 +28,61 @@ from .terms import VectorField
 
 
 def with_jumps(solve: PeriodSolve, field: VectorField, nets: Any,
-               jumps: Callable[..., Any]) -> PeriodSolve:
+               jumps: Callable[..., Any], events: Any = None) -> PeriodSolve:
     """``solve`` split at the jump times ``jumps(t0, theta, *outs)`` of every period;
     ``field`` and ``nets``: the right-hand side the correction evaluates.  The pieces
     are one ``lax.scan`` over the ``J + 1`` solves: ``solve`` is traced once, however
     many jumps the model has (unrolled, a model with six jump times took minutes to
-    compile its gradient)."""
+    compile its gradient); ``events`` (:class:`.events.Events`): where some jumps are
+    events' times."""
     import jax
     import jax.numpy as jnp
 
+    jump_events = () if events is None else events.fns.jump_events
+    fired = [k for k in sorted(set(jump_events)) if k >= 0]
+
+    def carry_across(jump, event, bound, shift, end, x_end, theta, outs, arrays):
+        f_minus = jax.lax.stop_gradient(field(end, x_end, theta, outs, arrays, nets))
+        if not fired:
+            step = f_minus - jax.lax.stop_gradient(
+                field(bound, x_end, theta, outs, arrays, nets))
+            return x_end + jnp.where(jump, step * shift, 0.0)
+        x_minus = x_end + jnp.where(jump, f_minus * shift, 0.0)
+        x_plus = x_minus
+        for k in fired:
+            after = events.apply(k, bound + shift, x_minus, theta, outs)
+            x_plus = jnp.where(jump & (event == k), after, x_plus)
+        f_plus = jax.lax.stop_gradient(field(bound, x_plus, theta, outs, arrays, nets))
+        return x_plus - jnp.where(jump, f_plus * shift, 0.0)
+
     def split(x0, theta, outs, arrays, t0, t1, ts):
-        taus = jnp.sort(jumps(t0, theta, *outs))
+        taus = jumps(t0, theta, *outs)
+        order = jnp.argsort(taus, stable=True)
+        taus = taus[order]
+        event_of = (jnp.asarray(jump_events, jnp.int32)[order] if fired
+                    else jnp.full(taus.shape, -1, jnp.int32))
         inside = (taus > t0) & (taus < t1)
         ends = jnp.concatenate([jnp.clip(jax.lax.stop_gradient(taus), t0, t1), t1[None]])
         is_jump = jnp.arange(ends.shape[0]) < taus.shape[0]
         shifts = jnp.concatenate([jnp.where(inside, taus - jax.lax.stop_gradient(taus),
                                             0.0), jnp.zeros((1,), taus.dtype)])
+        # an event fires only inside the period (at its ends, the periods' starts do)
+        events_at = jnp.concatenate([jnp.where(inside, event_of, -1),
+                                     jnp.full((1,), -1, jnp.int32)])
 
         def piece(carry, piece_args):
             x, start, y, ok = carry
-            bound, jump, shift = piece_args
+            bound, jump, shift, event = piece_args
             end = jnp.where(jump, jnp.maximum(start, jnp.nextafter(bound, -jnp.inf)), t1)
             ys, x_end, good = solve(x, theta, outs, arrays, start, end,
                                     jnp.clip(ts, start, end))
             y = jnp.where((ts >= start)[:, None], ys, y)
-            step = jax.lax.stop_gradient(field(end, x_end, theta, outs, arrays, nets)
-                                         - field(bound, x_end, theta, outs, arrays, nets))
-            x_next = x_end + jnp.where(jump, step * shift, 0.0)
+            x_next = carry_across(jump, event, bound, shift, end, x_end, theta, outs, arrays)
             return (x_next, jnp.where(jump, bound, start), y, ok & good), None
 
         y0 = jnp.zeros((ts.shape[0], x0.shape[0]), x0.dtype)
         (x, _, y, ok), _ = jax.lax.scan(piece, (x0, t0, y0, jnp.asarray(True)),
-                                        (ends, is_jump, shifts))
+                                        (ends, is_jump, shifts, events_at))
         return y, x, ok
 
     return split

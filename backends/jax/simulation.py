@@ -54,6 +54,7 @@ from petab_sciml.simulation.plan import SimulationError, SimulationPlan
 
 from .conditions import change_values, compile_change_formulas
 from .data_layout import named_arrays
+from .events import Events
 from .experiments import (
     GroupValues,
     batch_arrays,
@@ -125,6 +126,7 @@ class JaxExecutor:
             raise SimulationError("sensitivity='adjoint' cannot stop at a steady state "
                                   "(pre-equilibration, time = inf); use forward or reverse")
         self.fns = compile_plan(plan, "jax")
+        self.events = Events(plan, self.fns) if plan.events else None
         self.networks = BoundNetworks(plan, self.fns.net_inputs)
         layout = named_arrays(plan, data_layout(plan), steady_state=self.steady_state,
                               forward_ad=self.sensitivity == "forward-ad")
@@ -219,7 +221,7 @@ class JaxExecutor:
             return solve
         from .jumps import with_jumps
 
-        return with_jumps(solve, field, nets, self.fns.jumps)
+        return with_jumps(solve, field, nets, self.fns.jumps, self.events)
 
     def _solve_experiments(self, groups: GroupValues, change: Any, solve: Any, data: dict[str, Any],
                            empty_outs: Any, dtype: Any, n_theta: int
@@ -234,7 +236,8 @@ class JaxExecutor:
         batched = self.batched
         xs_all, th_all, ok_all = [], [], []
         for b, (P, exps, _) in enumerate(self.batches):
-            experiment = experiment_solver(P, groups, self.fns.x0, change, solve, empty_outs)
+            experiment = experiment_solver(P, groups, self.fns.x0, change, solve, empty_outs,
+                                           self.events)
             devices = None
             if batched and self._spread and shares(len(self.devices), len(exps)) > 1:
                 devices = self.devices

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from petab_sciml.backends.torch.events import Events
 from petab_sciml.backends.torch.fields import Fields
 from petab_sciml.backends.torch.layout import PeriodLayout
 from petab_sciml.backends.torch.networks import Networks
@@ -105,6 +106,7 @@ class BatchSolver:
         self.solvers = solvers
         self.sensitivity = sensitivity
         self._constants: dict[Any, Any] | None = None
+        self.events = Events(plan, fns) if plan.events else None
 
     def solve(self, b, P, group_theta, group_outs, arrays_all, d, w):
         """Batch ``b`` of ``P`` periods: per period ``(x at the padded output times (E,
@@ -117,6 +119,8 @@ class BatchSolver:
         arrays = [{k: v[groups] for k, v in a.items()} for a in arrays_all]
         ok = torch.ones((), dtype=torch.bool, device=w.device)
         ys, thetas = [], []
+        events = self.events
+        before = None if events is None else events.initial
         x = None
         for k in range(P):
             key = f"b{b}p{k}"
@@ -137,10 +141,17 @@ class BatchSolver:
                     theta = _scatter_rows(theta, th_t, _pick(vals, th_s))
                 if st_t.shape[1]:
                     x = _scatter_rows(x, st_t, _pick(vals, st_s))
+            if events is not None:
+                x = events.fire_at_start(start, x, theta, outs, before)
+                x_start = x
             if fns.jumps is None:
                 y, x, good = self._span(x, theta, outs, arrays, start, end, ts, w)
             else:
                 y, x, good = self._span_with_jumps(x, theta, outs, arrays, start, end, ts, w)
+            if events is not None:
+                good = good & events.unchanged_inside(start, x_start, ts, y, end, x, theta,
+                                                      outs)
+                before = events.status(end, x, theta, outs, left=True)
             ok = ok & torch.all(good)
             ys.append(y)
             thetas.append(theta)
@@ -190,7 +201,12 @@ class BatchSolver:
         def solve(x, start, end, ts_):
             return self._span(x, theta, outs, arrays, start, end, ts_, w)
 
-        return split_at_jumps(solve, field, taus, x0, t0, t1, ts)
+        event_map = None
+        if self.events is not None and any(k >= 0 for k in self.fns.jump_events):
+            events = self.events
+            event_map = (torch.tensor(self.fns.jump_events),
+                         lambda k, t, x: events.apply(k, t, x, theta, outs))
+        return split_at_jumps(solve, field, taus, x0, t0, t1, ts, event_map)
 
     def _constant_changes(self, like):
         """Every condition change's value when all of them are numbers (``like``'s dtype

@@ -27,14 +27,17 @@ def _below(t: torch.Tensor) -> torch.Tensor:
 
 
 def split_at_jumps(solve: Solve, field: Field, taus: torch.Tensor, x0: torch.Tensor,
-                   t0: torch.Tensor, t1: torch.Tensor, ts: torch.Tensor):
+                   t0: torch.Tensor, t1: torch.Tensor, ts: torch.Tensor,
+                   events: tuple[torch.Tensor, Callable[..., torch.Tensor]] | None = None):
     """``solve`` from ``x0`` at ``t0`` to ``t1`` split at the jump times ``taus``: one experiment
     (``taus`` ``(J,)``, ``t0``/``t1`` scalars, ``ts`` ``(N,)``) or a batch (``taus``
     ``(E, J)``, ``t0``/``t1`` ``(E,)``, ``ts`` ``(E, N)``); ``field(t, x)`` the
-    right-hand side with the solve's parameters.  Returns what ``solve`` returns, with
-    ``ok`` and-ed over the pieces."""
+    right-hand side with the solve's parameters; ``events``: ``(event of each jump (J,),
+    -1 for none; apply(k, t, x) -> x after event k)``.  Returns what ``solve`` returns,
+    with ``ok`` and-ed over the pieces."""
     batched = ts.dim() == 2
-    taus = torch.sort(taus, dim=-1).values
+    taus, order = torch.sort(taus, dim=-1, stable=True)
+    event_of = None if events is None else events[0].to(order.device)[order]
     lo, hi = (t0[:, None], t1[:, None]) if batched else (t0, t1)
     bounds = torch.minimum(torch.maximum(taus.detach(), lo), hi)
     inside = (taus > lo) & (taus < hi)
@@ -50,10 +53,35 @@ def split_at_jumps(solve: Solve, field: Field, taus: torch.Tensor, x0: torch.Ten
         ok = good if ok is None else ok & good
         if last:
             return y, x_end, ok
-        with torch.no_grad():
-            step = field(end, x_end) - field(bound, x_end)
         shift = taus[..., j] - taus[..., j].detach()
         shift = torch.where(inside[..., j], shift, torch.zeros_like(shift))
-        x = x_end + step * (shift[:, None] if batched else shift)
+        shift_x = shift[:, None] if batched else shift
+        if event_of is None:
+            with torch.no_grad():
+                step = field(end, x_end) - field(bound, x_end)
+            x = x_end + step * shift_x
+        else:
+            x = _across_event(field, events[1], event_of[..., j], inside[..., j], bound,
+                              shift, shift_x, end, x_end)
         start = bound
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _across_event(field: Field, apply: Callable[..., torch.Tensor], event: torch.Tensor,
+                  inside: torch.Tensor, bound, shift, shift_x, end, x_end) -> torch.Tensor:
+    """The state carried across a jump at which ``event`` (per row; -1: none) may fire:
+    ``h(x + f(tau-) dtau) - f(tau+, h) dtau``."""
+    with torch.no_grad():
+        f_minus = field(end, x_end)
+    x_minus = x_end + f_minus * shift_x
+    x_plus = x_minus
+    fires = (event >= 0) & inside
+    for k in sorted({int(k) for k in event.reshape(-1).tolist() if k >= 0}):
+        mask = fires & (event == k)
+        if bool(mask.any()):
+            after = apply(k, bound + shift, x_minus)
+            x_plus = torch.where(mask[..., None] if x_plus.dim() > mask.dim() else mask,
+                                 after, x_plus)
+    with torch.no_grad():
+        f_plus = field(bound, x_plus)
+    return x_plus - f_plus * shift_x

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from petab_sciml.backends.torch.events import Events
 from petab_sciml.backends.torch.fields import Fields
 from petab_sciml.backends.torch.layout import PeriodLayout
 from petab_sciml.backends.torch.networks import Networks
@@ -66,6 +67,7 @@ class PeriodSolver:
         self.fields = fields
         self.solvers = solvers
         self.options = options
+        self.events = Events(plan, fns) if plan.events else None
 
     def experiment(self, e: int, periods: list[PeriodLayout], theta, outs, arrays, d, w,
                    params, blocks: StateBlocks, ok):
@@ -74,6 +76,8 @@ class PeriodSolver:
         condition changes applied at its start; its states and constants into
         ``blocks``.  Returns ``ok`` and-ed with every solve's success."""
         fns = self.fns
+        events = self.events
+        before = None if events is None else events.initial
         x = None
         for k, period in enumerate(periods):
             key = period.key
@@ -92,6 +96,9 @@ class PeriodSolver:
                 if st_t.numel():
                     x = x.index_put((st_t,), vals[st_s])
             span = Span.of_period(period, d)
+            if events is not None:
+                x = events.fire_at_start(start, x, theta, outs, before)
+                x_start = x
             if period.steady:
                 y, x, good = solve_steady(self, x, theta, outs, arrays, period, span, w,
                                           params)
@@ -99,6 +106,11 @@ class PeriodSolver:
                 y, x, good = self.span_with_jumps(x, theta, outs, arrays, span, w, params)
             else:
                 y, x, good = self.span(x, theta, outs, arrays, span, w, params)
+            if events is not None:
+                end = w.new_tensor(period.end)
+                good = good & events.unchanged_inside(start, x_start, span.ts[: span.n_times],
+                                                      y, end, x, theta, outs)
+                before = events.status(end, x, theta, outs, left=True)
             ok = ok & good
             blocks.add_period(e, k, y, theta)
         return ok
@@ -142,7 +154,17 @@ class PeriodSolver:
         def field(t, x):
             return self.fields.field_p(t, x, p, rhs_arrays, functional=False)
 
-        return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n])
+        return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n],
+                              self._event_map(theta, outs))
+
+    def _event_map(self, theta, outs):
+        """``(event of each jump, apply(k, t, x))`` for :func:`split_at_jumps`, or None
+        when no event fires at a jump."""
+        events = self.events
+        if events is None or not any(k >= 0 for k in self.fns.jump_events):
+            return None
+        return (torch.tensor(self.fns.jump_events),
+                lambda k, t, x: events.apply(k, t, x, theta, outs))
 
     def _implicit(self, x0, theta, outs, arrays, span: Span, w):
         """:meth:`span` with an implicit method, back-propagation through its steps."""

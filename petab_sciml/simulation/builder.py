@@ -26,6 +26,7 @@ from petab_sciml.simulation.builder_tables import (
     measurement_records,
     observable_table,
 )
+from petab_sciml.simulation.events import event_plans
 from petab_sciml.simulation.fingerprint import problem_fingerprint
 from petab_sciml.simulation.plan import (
     ArraySlot,
@@ -339,6 +340,7 @@ class PlanBuilder:
             mech_scale=self.mech_scale,
             w_lower=self.w_lower,
             w_upper=self.w_upper,
+            events=event_plans(self.model, self.state_ids, self.theta_ids, self.fail),
         )
         for net in plan.networks:
             net.input_exprs = tuple(self.model.expand(e) for e in net.input_exprs)

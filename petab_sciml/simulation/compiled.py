@@ -25,13 +25,23 @@ class CompiledFormulas:
     """Per observable: ``f(t, x, theta, *o, obs_pars) -> (value,)``."""
     jumps: Any
     """``jumps(t, theta, *o) -> times`` at which the right-hand side jumps
-    (:mod:`petab_sciml.simulation.jumps`), or None when it has none."""
+    (:mod:`petab_sciml.simulation.jumps`) or an event at a parameter-dependent time
+    fires (:mod:`petab_sciml.simulation.events`), or None when there are none."""
     noise: list[Any]
     """Per observable: ``f(t, x, theta, *o, observable_pars, noise_pars) -> (sigma,)``.
 
     Each observable is evaluated on its own measurements only, so a formula never sees
     another observable's placeholders (or their NaN padding) and contributes no NaN
     gradients there."""
+    jump_events: tuple[int, ...] = ()
+    """Per entry of ``jumps``' result: the event that fires there, or -1 (a jump of the
+    right-hand side only)."""
+    triggers: Any = None
+    """``triggers(t, x, theta, *o) -> g`` of every event (None: no events)."""
+    trigger_scales: Any = None
+    """``trigger_scales(t, x, theta, *o)``: every event's ``|lhs| + |rhs|``."""
+    event_values: tuple[Any, ...] = ()
+    """Per event: ``f(t, x, theta, *o) -> values`` of its targets."""
 
 
 def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
@@ -47,6 +57,10 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
 
     jumps = jump_time_exprs([*plan.rhs_exprs, *(e for n in plan.networks if n.in_rhs
                                                  for e in n.input_exprs)], plan.theta_ids)
+    timed = [(k, e.time) for k, e in enumerate(plan.events) if e.time is not None]
+    jump_events = (-1,) * len(jumps) + tuple(k for k, _ in timed)
+    jumps = (*jumps, *(tau for _, tau in timed))
+    events = plan.events
     return CompiledFormulas(
         rhs=comp(plan.rhs_exprs, groups, "rhs"),
         x0=comp(plan.x0_exprs, no_x, "initial"),
@@ -57,4 +71,10 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
                      for i, e in enumerate(plan.obs_exprs)],
         noise=[comp([e], [*groups, op, np_], f"noise_{i}") for i, e in enumerate(plan.noise_exprs)],
         jumps=comp(jumps, no_x, "jumps") if jumps else None,
+        jump_events=jump_events,
+        triggers=comp([e.root for e in events], groups, "triggers") if events else None,
+        trigger_scales=(comp([e.scale for e in events], groups, "trigger_scales")
+                        if events else None),
+        event_values=tuple(comp(e.values, groups, f"event_{k}") if e.values else None
+                           for k, e in enumerate(events)),
     )

@@ -45,15 +45,17 @@ def jump_time_exprs(rhs_exprs: list[sympy.Basic], theta_ids: tuple[str, ...]
                 relations = [cond] if isinstance(cond, Relational) else list(
                     cond.atoms(Relational))
                 for relation in relations:
-                    tau = _flip_time(relation, allowed)
+                    tau = flip_time(relation, allowed)
                     if tau is not None:
                         found.setdefault(sympy.srepr(tau), tau)
     return tuple(found[k] for k in sorted(found))
 
 
-def _flip_time(relation: Relational, allowed: set[sympy.Symbol]) -> sympy.Expr | None:
+def flip_time(relation: Relational, allowed: set[sympy.Symbol], rising: bool = False
+              ) -> sympy.Expr | None:
     """The time at which ``relation`` flips, when it is ``c * time + g(theta)`` against
-    zero with a numeric ``c != 0``; else None."""
+    zero with a numeric ``c != 0`` (``rising``: ``c > 0``, the difference grows with
+    time); else None."""
     if relation.rel_op not in ("<", "<=", ">", ">="):
         return None
     difference = sympy.expand(relation.lhs - relation.rhs)
@@ -62,5 +64,7 @@ def _flip_time(relation: Relational, allowed: set[sympy.Symbol]) -> sympy.Expr |
     slope = difference.coeff(TIME, 1)
     rest = sympy.simplify(difference - slope * TIME)
     if not slope.is_number or slope == 0 or TIME in rest.free_symbols:
+        return None
+    if rising and not slope > 0:
         return None
     return sympy.simplify(-rest / slope)

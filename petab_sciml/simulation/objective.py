@@ -152,7 +152,9 @@ class Simulator:
         if "sigma" in out:
             ev.sigma = np.asarray(_np(out["sigma"]), np.float64)
         if not ev.ok:
-            ev.reason = failure_reason(_np(out.get("solved", False)), ev.sigma, ev.llh)
+            ev.reason = failure_reason(_np(out.get("solved", False)), ev.sigma, ev.llh,
+                                       state_events=any(e.time is None
+                                                        for e in self.plan.events))
         if g is not None:
             g = np.asarray(_np(g), np.float64)
             if self.plan.all_free:
@@ -206,12 +208,19 @@ def simulator_for(problem: Any, backend: str | None = None, **options: Any) -> S
     return Simulator(plan, backend or getattr(problem, "backend_name", "jax"), **options)
 
 
-def failure_reason(solved: Any, sigma: np.ndarray | None, llh: float) -> str:
+def failure_reason(solved: Any, sigma: np.ndarray | None, llh: float, *,
+                   state_events: bool = False) -> str:
     """Why an evaluation is not ok: its ``solved`` flag, noise ``sigma`` per measurement
-    (table order) and log-likelihood ``llh``."""
+    (table order) and log-likelihood ``llh``; ``state_events``: the model has events
+    whose trigger depends on states (a solve fails where one changes inside a period)."""
     if not bool(solved):
-        return ("an ODE solve failed (more than max_steps steps, a collapsed step size or a "
-                "non-finite state)")
+        reason = ("an ODE solve failed (more than max_steps steps, a collapsed step size or "
+                  "a non-finite state)")
+        if state_events:
+            reason = (reason[:-1] + ", or the trigger of an SBML event that depends on "
+                      "states changed inside a period: such events fire only at period "
+                      "starts, see docs/sbml.md)")
+        return reason
     if sigma is not None:
         bad = np.flatnonzero(~(sigma > 0))
         if bad.size:

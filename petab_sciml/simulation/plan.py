@@ -234,6 +234,9 @@ class SimulationPlan:
     w_lower: np.ndarray | None = None
     """Lower bound of every entry of ``w`` (linear scale; -inf where unbounded)."""
     w_upper: np.ndarray | None = None
+    events: tuple[Any, ...] = ()
+    """The SBML events (:class:`petab_sciml.simulation.events.EventPlan`), in execution
+    order for simultaneous ones."""
 
     # ---------------------------------------------------------------- symbol groups
     @property

@@ -24,7 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 V2_SUITE = petab_suite.default_suite()
 BENCHMARK = Path(os.environ.get("PETAB_BENCHMARK") or REPO.parent / "shared" / "petab_benchmark")
 CASES = V2_SUITE / "cases" / "v2.0.0" / "sbml" if V2_SUITE else None
-EVENTS_REASON = "events are not supported"
 
 requires_v2_suite = pytest.mark.skipif(
     CASES is None or not CASES.is_dir(),
@@ -35,31 +34,19 @@ requires_benchmark = pytest.mark.skipif(
     "place it at ../shared/petab_benchmark")
 
 
-def _has_events(case: Path) -> bool:
-    import libsbml
-
-    doc = libsbml.readSBMLFromFile(str(next(case.glob("*.xml"))))
-    return doc.getModel().getNumEvents() > 0
-
-
 # --------------------------------------------------------------------- the v2 suite
 @requires_v2_suite
 @pytest.mark.slow
 def test_v2_suite_runner_both_backends():
-    """Every case without events gives the expected llh, chi2 and simulations at its
-    tolerances in JAX and PyTorch; cases with events fail, with the events reason."""
+    """Every case, event cases included, gives the expected llh, chi2 and simulations
+    at its tolerances in JAX and PyTorch."""
     paths = petab_suite.discover([V2_SUITE])
     assert len(paths) >= 20
     results = petab_suite.run_all(paths, ["jax", "torch"])
     assert len(results) == 2 * len(paths)
     for r in results:
-        case = next(p for p in paths if p.name == r.case)
-        if _has_events(case):
-            assert not r.passed and EVENTS_REASON in (r.error or ""), (r.case, r.backend,
-                                                                     r.error)
-        else:
-            assert r.passed, (r.case, r.backend, r.error, r.errors)
-            assert {"llh", "chi2", "simulations"} <= set(r.errors), r.errors
+        assert r.passed, (r.case, r.backend, r.error, r.errors)
+        assert {"llh", "chi2", "simulations"} <= set(r.errors), r.errors
 
 
 @requires_v2_suite
