@@ -74,13 +74,23 @@ def cache_enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def _LAPACK_CALLS() -> list:  # noqa: N802 - a constant built on first use
+    """LAPACK's QR on CPU, which the root finder of state events uses (a least-squares
+    Newton step).  JAX guarantees no compatibility of these custom calls across
+    versions; the cache key holds the JAX version, so no entry outlives it."""
+    from jax import export
+
+    return [export.DisabledSafetyCheck.custom_call(f"lapack_{p}{op}_ffi")
+            for p in "sd" for op in ("geqrf", "ormqr", "orgqr")]
+
+
 def _code_hash() -> str:
     """Hash of the source files whose change invalidates exported computations."""
     import petab_sciml
 
     root = Path(petab_sciml.__file__).parent
     files = sorted((root / "simulation").glob("*.py"))
-    files += [root / "expressions.py", root / "sbml.py"]
+    files += [root / "expressions.py", root / "sbml.py", root / "sbml_events.py"]
     try:
         from petab_sciml.backends import jax as jax_backend
 
@@ -265,7 +275,7 @@ class ExportCache:
                              type(exc).__name__)
         try:
             with nan_errors():
-                exported = export.export(jitted)(*args)
+                exported = export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args)
             blob = exported.serialize()
         except Exception as exc:  # noqa: BLE001 - fall back to plain jit
             _warn_once("export", self.exports, f"cannot export the objective "

@@ -28,61 +28,97 @@ from .terms import VectorField
 
 
 def with_jumps(solve: PeriodSolve, field: VectorField, nets: Any,
-               jumps: Callable[..., Any], events: Any = None) -> PeriodSolve:
-    """``solve`` split at the jump times ``jumps(t0, theta, *outs)`` of every period;
-    ``field`` and ``nets``: the right-hand side the correction evaluates.  The pieces
-    are one ``lax.scan`` over the ``J + 1`` solves: ``solve`` is traced once, however
-    many jumps the model has (unrolled, a model with six jump times took minutes to
-    compile its gradient); ``events`` (:class:`.events.Events`): where some jumps are
-    events' times."""
+               jumps: Callable[..., Any] | None, events: Any = None,
+               probe: Callable[..., Any] | None = None) -> PeriodSolve:
+    """``solve`` split at the jump times ``jumps(t0, theta, *outs)`` of every period (None:
+    none) and at the state events' times that ``probe`` (:func:`.events.event_probe`)
+    finds; ``field`` and ``nets``: the right-hand side the correction evaluates.  The
+    pieces are one ``lax.scan`` over the solves: ``solve`` is traced once, however many
+    jumps the model has (unrolled, a model with six jump times took minutes to compile
+    its gradient); ``events`` (:class:`.events.Events`): the events that fire at some
+    jumps."""
     import jax
     import jax.numpy as jnp
 
-    jump_events = () if events is None else events.fns.jump_events
-    fired = [k for k in sorted(set(jump_events)) if k >= 0]
+    sg = jax.lax.stop_gradient
+    jump_events = () if events is None or jumps is None else events.fns.jump_events
+    fired = sorted({k for k in jump_events if k >= 0}
+                   | (set(range(len(events.targets))) if probe is not None else set()))
 
-    def carry_across(jump, event, bound, shift, end, x_end, theta, outs, arrays):
-        f_minus = jax.lax.stop_gradient(field(end, x_end, theta, outs, arrays, nets))
+    def state_shift(event, bound, x_end, f_minus, theta, outs):
+        """``-g / stop_gradient(dg/dt)`` of ``event`` at the probe's root ``bound``: one
+        Newton step to the root of this solve's trajectory (the probe's root carries
+        its interpolation error), and in derivative the implicit function theorem's
+        ``dtau/dp = -(dg/dp) / (dg/dt)``."""
+        def g(t, x):
+            return jnp.take(events.fns.triggers(t, x, theta, *outs), event)
+
+        value, rate = jax.jvp(g, (bound, x_end), (jnp.ones_like(bound), f_minus))
+        rate = sg(rate)
+        return -value / jnp.where(rate == 0, 1.0, rate)
+
+    def carry_across(jump, event, state, bound, shift, end, x_end, theta, outs, arrays):
+        f_minus = sg(field(end, x_end, theta, outs, arrays, nets))
         if not fired:
-            step = f_minus - jax.lax.stop_gradient(
-                field(bound, x_end, theta, outs, arrays, nets))
+            step = f_minus - sg(field(bound, x_end, theta, outs, arrays, nets))
             return x_end + jnp.where(jump, step * shift, 0.0)
+        if probe is not None:
+            shift = jnp.where(state & (event >= 0),
+                              state_shift(jnp.maximum(event, 0), bound, x_end, f_minus,
+                                          theta, outs), shift)
         x_minus = x_end + jnp.where(jump, f_minus * shift, 0.0)
         x_plus = x_minus
         for k in fired:
             after = events.apply(k, bound + shift, x_minus, theta, outs)
             x_plus = jnp.where(jump & (event == k), after, x_plus)
-        f_plus = jax.lax.stop_gradient(field(bound, x_plus, theta, outs, arrays, nets))
+        f_plus = sg(field(bound, x_plus, theta, outs, arrays, nets))
         return x_plus - jnp.where(jump, f_plus * shift, 0.0)
 
+    def jump_times(x0, theta, outs, arrays, t0, t1, ts):
+        """``(taus, event of each (-1: none), whether found by the probe, ok)``."""
+        taus, event_of, state, ok = [], [], [], jnp.asarray(True)
+        if jumps is not None:
+            times = jumps(t0, theta, *outs)
+            taus.append(times)
+            event_of.append(jnp.asarray(jump_events, jnp.int32) if jump_events
+                            else jnp.full(times.shape, -1, jnp.int32))
+            state.append(jnp.zeros(times.shape, bool))
+        if probe is not None:
+            times, ks, ok = probe(sg(x0), sg(theta), sg(outs), sg(arrays), t0, t1, ts)
+            taus.append(times)
+            event_of.append(ks)
+            state.append(jnp.ones(times.shape, bool))
+        return (jnp.concatenate(taus), jnp.concatenate(event_of), jnp.concatenate(state),
+                ok)
+
     def split(x0, theta, outs, arrays, t0, t1, ts):
-        taus = jumps(t0, theta, *outs)
+        taus, event_of, state, probed = jump_times(x0, theta, outs, arrays, t0, t1, ts)
         order = jnp.argsort(taus, stable=True)
-        taus = taus[order]
-        event_of = (jnp.asarray(jump_events, jnp.int32)[order] if fired
-                    else jnp.full(taus.shape, -1, jnp.int32))
+        taus, event_of, state = taus[order], event_of[order], state[order]
         inside = (taus > t0) & (taus < t1)
-        ends = jnp.concatenate([jnp.clip(jax.lax.stop_gradient(taus), t0, t1), t1[None]])
+        ends = jnp.concatenate([jnp.clip(sg(taus), t0, t1), t1[None]])
         is_jump = jnp.arange(ends.shape[0]) < taus.shape[0]
-        shifts = jnp.concatenate([jnp.where(inside, taus - jax.lax.stop_gradient(taus),
-                                            0.0), jnp.zeros((1,), taus.dtype)])
+        shifts = jnp.concatenate([jnp.where(inside & ~state, taus - sg(taus), 0.0),
+                                  jnp.zeros((1,), taus.dtype)])
         # an event fires only inside the period (at its ends, the periods' starts do)
         events_at = jnp.concatenate([jnp.where(inside, event_of, -1),
                                      jnp.full((1,), -1, jnp.int32)])
+        states = jnp.concatenate([state, jnp.zeros((1,), bool)])
 
         def piece(carry, piece_args):
             x, start, y, ok = carry
-            bound, jump, shift, event = piece_args
+            bound, jump, shift, event, by_state = piece_args
             end = jnp.where(jump, jnp.maximum(start, jnp.nextafter(bound, -jnp.inf)), t1)
             ys, x_end, good = solve(x, theta, outs, arrays, start, end,
                                     jnp.clip(ts, start, end))
             y = jnp.where((ts >= start)[:, None], ys, y)
-            x_next = carry_across(jump, event, bound, shift, end, x_end, theta, outs, arrays)
+            x_next = carry_across(jump, event, by_state, bound, shift, end, x_end, theta,
+                                  outs, arrays)
             return (x_next, jnp.where(jump, bound, start), y, ok & good), None
 
         y0 = jnp.zeros((ts.shape[0], x0.shape[0]), x0.dtype)
-        (x, _, y, ok), _ = jax.lax.scan(piece, (x0, t0, y0, jnp.asarray(True)),
-                                        (ends, is_jump, shifts, events_at))
+        (x, _, y, ok), _ = jax.lax.scan(piece, (x0, t0, y0, probed),
+                                        (ends, is_jump, shifts, events_at, states))
         return y, x, ok
 
     return split

@@ -217,11 +217,16 @@ class JaxExecutor:
             solve = period_solver(field, nets, self.options, sensitivity=self.sensitivity,
                                   checkpoints=self.checkpoints,
                                   steady_state=self.steady_state)
-        if self.fns.jumps is None:
+        probe = None
+        if self.events is not None and self.events.state_triggered.any():
+            from .events import event_probe
+
+            probe = event_probe(self.events, field, nets, self.options)
+        if self.fns.jumps is None and probe is None:
             return solve
         from .jumps import with_jumps
 
-        return with_jumps(solve, field, nets, self.fns.jumps, self.events)
+        return with_jumps(solve, field, nets, self.fns.jumps, self.events, probe)
 
     def _solve_experiments(self, groups: GroupValues, change: Any, solve: Any, data: dict[str, Any],
                            empty_outs: Any, dtype: Any, n_theta: int

@@ -41,8 +41,11 @@ def plan_batches(plan: SimulationPlan, options: TorchOptions,
     another with the same solver, the reference for the batched path).  ``layout``:
     the plan's arrays (:class:`~petab_sciml.backends.torch.layout.TorchLayout`)."""
     o = options
+    # experiments with state-triggered events are solved one at a time (their probe
+    # finds each one's event times)
     batchable = (not o.compile and o.method in FORWARD_METHODS
-                 and o.sensitivity in ("forward", "autograd"))
+                 and o.sensitivity in ("forward", "autograd")
+                 and all(e.time is not None for e in plan.events))
     if not batchable or not (o.batch_experiments or o.sensitivity == "autograd"):
         return [], {}
     by_p: dict[int, list[int]] = {}
@@ -143,14 +146,11 @@ class BatchSolver:
                     x = _scatter_rows(x, st_t, _pick(vals, st_s))
             if events is not None:
                 x = events.fire_at_start(start, x, theta, outs, before)
-                x_start = x
             if fns.jumps is None:
                 y, x, good = self._span(x, theta, outs, arrays, start, end, ts, w)
             else:
                 y, x, good = self._span_with_jumps(x, theta, outs, arrays, start, end, ts, w)
             if events is not None:
-                good = good & events.unchanged_inside(start, x_start, ts, y, end, x, theta,
-                                                      outs)
                 before = events.status(end, x, theta, outs, left=True)
             ok = ok & torch.all(good)
             ys.append(y)
@@ -186,7 +186,7 @@ class BatchSolver:
     def _span_with_jumps(self, x0, theta, outs, arrays, t0, t1, ts, w):
         """:meth:`_span` split at the right-hand side's jump times
         (:mod:`~petab_sciml.backends.torch.jumps`)."""
-        from petab_sciml.backends.torch.jumps import split_at_jumps
+        from petab_sciml.backends.torch.jumps import JumpEvents, split_at_jumps
 
         sens = self.sens
         taus = self.fns.jumps(t0, theta, *outs)
@@ -204,8 +204,8 @@ class BatchSolver:
         event_map = None
         if self.events is not None and any(k >= 0 for k in self.fns.jump_events):
             events = self.events
-            event_map = (torch.tensor(self.fns.jump_events),
-                         lambda k, t, x: events.apply(k, t, x, theta, outs))
+            event_map = JumpEvents(torch.tensor(self.fns.jump_events),
+                                   lambda k, t, x: events.apply(k, t, x, theta, outs))
         return split_at_jumps(solve, field, taus, x0, t0, t1, ts, event_map)
 
     def _constant_changes(self, like):

@@ -1,6 +1,6 @@
 """SBML events in the PyTorch backend (:mod:`petab_sciml.simulation.events`), as the JAX
 backend has them (``backends/jax/events.py``): firing at a period's start, the state map
-at an event, and the check that no state-dependent trigger changed inside a period.
+at an event, and the probe that finds where state-triggered events fire inside a period.
 Every method takes one experiment (``x`` ``(n_x,)``) or a batch (``x`` ``(E, n_x)``, with
 ``t`` ``(E,)`` and ``theta`` / ``outs`` ``(E, .)``)."""
 
@@ -50,14 +50,71 @@ class Events:
                 x = torch.where(fire[..., k, None], self.apply(k, t, x, theta, outs), x)
         return x
 
-    def unchanged_inside(self, t0, x0, ts, ys, t1, x1, theta, outs) -> torch.Tensor:
-        """Whether no state-triggered event's trigger changed between the period's
-        start, its output times (``ts``, ``ys`` with one more axis than ``x0``) and its
-        end: a change is an event that the solve did not stop at."""
-        if not bool(self.state_triggered.any()):
-            return torch.ones(x0.shape[:-1], dtype=torch.bool, device=x0.device)
-        first = self.status(t0, x0, theta, outs)
-        along = self.status(ts, ys, theta[..., None, :], [o[..., None, :] for o in outs])
-        last = self.status(t1, x1, theta, outs, left=True)
-        same = (along == first[..., None, :]).all(-2) & (last == first)
-        return (same | ~self.state_triggered.to(same.device)).all(-1)
+
+def event_probe(events: Events, field, x0: torch.Tensor, t0: float, t1: float, theta, outs,
+                *, implicit: bool, rtol: float, atol: float
+                ) -> tuple[list[float], list[int], bool]:
+    """``(taus, ks, ok)``: the times at which state-triggered events ``ks`` fire inside
+    ``(t0, t1)`` (finite ``t1``), found by SciPy's ``solve_ivp`` with terminal events on
+    the rising triggers (Brent's method on its dense output), applying every event it
+    meets; ``field(t, x)`` the right-hand side; ``implicit``: ``Radau`` instead of
+    ``DOP853``.  Without gradients (the solve after it is differentiated).  ``ok``: the
+    solves succeeded and at most :data:`MAX_STATE_EVENTS` state events fired."""
+    import numpy as np
+    from scipy.integrate import solve_ivp
+
+    from petab_sciml.simulation.events import MAX_STATE_EVENTS
+
+    like = x0.detach()
+    n = len(events.targets)
+
+    def as_tensor(t, y):
+        return like.new_tensor(t), torch.as_tensor(y, dtype=like.dtype, device=like.device)
+
+    def rhs(t, y):
+        with torch.no_grad():
+            return field(*as_tensor(t, y)).cpu().numpy()
+
+    def g_all(t, y):
+        with torch.no_grad():
+            return events.fns.triggers(*as_tensor(t, y), theta, *outs).cpu().numpy()
+
+    def trigger(k, offsets):
+        def g(t, y):
+            return float(g_all(t, y)[k] + offsets[k])
+        g.terminal, g.direction = True, 1.0
+        return g
+
+    taus: list[float] = []
+    ks: list[int] = []
+    t, x = float(t0), like.cpu().numpy()
+    status = events.status(like.new_tensor(t), like, theta, outs).cpu().numpy()
+    for _ in range(MAX_STATE_EVENTS + int((~events.state_triggered).sum()) + 1):
+        with torch.no_grad():
+            g = g_all(t, x)
+            tol = ROOT_RTOL * events.fns.trigger_scales(*as_tensor(t, x), theta,
+                                                        *outs).cpu().numpy()
+        # a trigger true within its tolerance of zero (just after its root) is not
+        # found rising again at once
+        offsets = np.where(status & (np.abs(g) <= tol), tol - g, 0.0)
+        sol = solve_ivp(rhs, (t, float(t1)), x, method="Radau" if implicit else "DOP853",
+                        rtol=rtol, atol=atol, events=[trigger(k, offsets) for k in range(n)])
+        if sol.status == -1:
+            return taus, ks, False
+        if sol.status == 0:
+            return taus, ks, True
+        k = min(range(n), key=lambda j: sol.t_events[j][0] if len(sol.t_events[j])
+                else np.inf)
+        t = float(sol.t_events[k][0])
+        before = as_tensor(t, sol.y_events[k][0])[1]
+        with torch.no_grad():
+            after = events.apply(k, like.new_tensor(t), before, theta, outs)
+        x = after.cpu().numpy()
+        if bool(events.state_triggered[k]):
+            taus.append(t)
+            ks.append(k)
+            if len(taus) > MAX_STATE_EVENTS:
+                return taus, ks, False
+        status = events.status(like.new_tensor(t), after, theta, outs).cpu().numpy()
+        status[k] = True
+    return taus, ks, False

@@ -13,6 +13,7 @@ gradient: its derivative is multiplied by the zero shift.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -26,18 +27,34 @@ def _below(t: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(t, torch.full_like(t, -torch.inf))
 
 
+@dataclass
+class JumpEvents:
+    """The events at the jumps of :func:`split_at_jumps`."""
+
+    event_of: torch.Tensor
+    """``(J,)``: the event that fires at each jump, -1 for none."""
+    apply: Callable[..., torch.Tensor]
+    """``apply(k, t, x) -> x`` after event ``k``."""
+    state: torch.Tensor | None = None
+    """``(J,)`` bool: the jump is a state event's root found by the probe (one
+    experiment only); None: none is."""
+    root: Callable[..., torch.Tensor] | None = None
+    """``root(k, t, x) -> g``: event ``k``'s root function."""
+
+
 def split_at_jumps(solve: Solve, field: Field, taus: torch.Tensor, x0: torch.Tensor,
                    t0: torch.Tensor, t1: torch.Tensor, ts: torch.Tensor,
-                   events: tuple[torch.Tensor, Callable[..., torch.Tensor]] | None = None):
+                   events: JumpEvents | None = None):
     """``solve`` from ``x0`` at ``t0`` to ``t1`` split at the jump times ``taus``: one experiment
     (``taus`` ``(J,)``, ``t0``/``t1`` scalars, ``ts`` ``(N,)``) or a batch (``taus``
     ``(E, J)``, ``t0``/``t1`` ``(E,)``, ``ts`` ``(E, N)``); ``field(t, x)`` the
-    right-hand side with the solve's parameters; ``events``: ``(event of each jump (J,),
-    -1 for none; apply(k, t, x) -> x after event k)``.  Returns what ``solve`` returns,
-    with ``ok`` and-ed over the pieces."""
+    right-hand side with the solve's parameters; ``events``: the events that fire at
+    some jumps.  Returns what ``solve`` returns, with ``ok`` and-ed over the pieces."""
     batched = ts.dim() == 2
     taus, order = torch.sort(taus, dim=-1, stable=True)
-    event_of = None if events is None else events[0].to(order.device)[order]
+    event_of = None if events is None else events.event_of.to(order.device)[order]
+    state = (None if events is None or events.state is None
+             else events.state.to(order.device)[order])
     lo, hi = (t0[:, None], t1[:, None]) if batched else (t0, t1)
     bounds = torch.minimum(torch.maximum(taus.detach(), lo), hi)
     inside = (taus > lo) & (taus < hi)
@@ -61,10 +78,29 @@ def split_at_jumps(solve: Solve, field: Field, taus: torch.Tensor, x0: torch.Ten
                 step = field(end, x_end) - field(bound, x_end)
             x = x_end + step * shift_x
         else:
-            x = _across_event(field, events[1], event_of[..., j], inside[..., j], bound,
+            if state is not None and bool(state[j]) and bool(inside[j]):
+                shift = _root_shift(events.root, int(event_of[j]), bound, end, x_end, field)
+                shift_x = shift
+            x = _across_event(field, events.apply, event_of[..., j], inside[..., j], bound,
                               shift, shift_x, end, x_end)
         start = bound
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _root_shift(root: Callable[..., torch.Tensor], k: int, bound, end, x_end, field: Field
+                ) -> torch.Tensor:
+    """``-g / dg/dt`` (the rate without gradient) of event ``k`` at the probe's root
+    ``bound``: one Newton step to this solve's root, and in derivative the implicit
+    function theorem's ``dtau/dp = -(dg/dp) / (dg/dt)``."""
+    with torch.enable_grad():
+        t = bound.detach().clone().requires_grad_(True)
+        x = x_end.detach().clone().requires_grad_(True)
+        g_t, g_x = torch.autograd.grad(root(k, t, x), (t, x), allow_unused=True)
+    with torch.no_grad():
+        rate = (torch.zeros_like(t) if g_t is None else g_t) + (
+            0.0 if g_x is None else (g_x * field(end, x_end)).sum())
+        rate = torch.where(rate == 0, torch.ones_like(rate), rate)
+    return -root(k, bound, x_end) / rate
 
 
 def _across_event(field: Field, apply: Callable[..., torch.Tensor], event: torch.Tensor,

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from petab_sciml.backends.torch.events import Events
+from petab_sciml.backends.torch.events import Events, event_probe
 from petab_sciml.backends.torch.fields import Fields
 from petab_sciml.backends.torch.layout import PeriodLayout
 from petab_sciml.backends.torch.networks import Networks
@@ -68,6 +68,8 @@ class PeriodSolver:
         self.solvers = solvers
         self.options = options
         self.events = Events(plan, fns) if plan.events else None
+        self.probes = any(e.time is None for e in plan.events)
+        """Some event is triggered by states: a probe finds where it fires."""
 
     def experiment(self, e: int, periods: list[PeriodLayout], theta, outs, arrays, d, w,
                    params, blocks: StateBlocks, ok):
@@ -98,19 +100,15 @@ class PeriodSolver:
             span = Span.of_period(period, d)
             if events is not None:
                 x = events.fire_at_start(start, x, theta, outs, before)
-                x_start = x
             if period.steady:
                 y, x, good = solve_steady(self, x, theta, outs, arrays, period, span, w,
                                           params)
-            elif self.fns.jumps is not None:
+            elif self.fns.jumps is not None or self.probes:
                 y, x, good = self.span_with_jumps(x, theta, outs, arrays, span, w, params)
             else:
                 y, x, good = self.span(x, theta, outs, arrays, span, w, params)
             if events is not None:
-                end = w.new_tensor(period.end)
-                good = good & events.unchanged_inside(start, x_start, span.ts[: span.n_times],
-                                                      y, end, x, theta, outs)
-                before = events.status(end, x, theta, outs, left=True)
+                before = events.status(w.new_tensor(period.end), x, theta, outs, left=True)
             ok = ok & good
             blocks.add_period(e, k, y, theta)
         return ok
@@ -137,11 +135,12 @@ class PeriodSolver:
     def span_with_jumps(self, x0, theta, outs, arrays, span: Span, w, params):
         """:meth:`span` split at the right-hand side's jump times
         (:mod:`~petab_sciml.backends.torch.jumps`)."""
-        from petab_sciml.backends.torch.jumps import split_at_jumps
+        from petab_sciml.backends.torch.jumps import JumpEvents, split_at_jumps
 
         n = span.n_times
         t0, t1 = w.new_tensor(span.start), w.new_tensor(span.end)
-        taus = self.fns.jumps(t0, theta, *outs).reshape(-1)
+        taus = (self.fns.jumps(t0, theta, *outs).reshape(-1) if self.fns.jumps is not None
+                else t0.new_zeros(0))
         p = self.sens.vector(theta, outs, w)
         rhs_arrays = self.rhs_arrays(arrays)
 
@@ -154,17 +153,30 @@ class PeriodSolver:
         def field(t, x):
             return self.fields.field_p(t, x, p, rhs_arrays, functional=False)
 
-        return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n],
-                              self._event_map(theta, outs))
-
-    def _event_map(self, theta, outs):
-        """``(event of each jump, apply(k, t, x))`` for :func:`split_at_jumps`, or None
-        when no event fires at a jump."""
         events = self.events
-        if events is None or not any(k >= 0 for k in self.fns.jump_events):
-            return None
-        return (torch.tensor(self.fns.jump_events),
-                lambda k, t, x: events.apply(k, t, x, theta, outs))
+        jump_events = torch.tensor(self.fns.jump_events, dtype=torch.int64)
+        if events is None or not (self.probes or bool((jump_events >= 0).any())):
+            return split_at_jumps(solve, field, taus, x0, t0, t1, span.ts[:n])
+        state = torch.zeros(taus.shape, dtype=torch.bool)
+        ok = torch.ones((), dtype=torch.bool)
+        if self.probes:
+            found, ks, probed = event_probe(
+                events, field, x0, span.start, span.end, theta, outs,
+                implicit=self.options.method in IMPLICIT_METHODS,
+                rtol=self.options.rtol, atol=self.options.atol)
+            taus = torch.cat([taus, taus.new_tensor(found)])
+            jump_events = torch.cat([jump_events, torch.tensor(ks, dtype=torch.int64)])
+            state = torch.cat([state, torch.ones(len(found), dtype=torch.bool)])
+            ok = ok & probed
+
+        def root(k, t, x):
+            return events.fns.triggers(t, x, theta, *outs)[..., k]
+
+        y, x, good = split_at_jumps(
+            solve, field, taus, x0, t0, t1, span.ts[:n],
+            JumpEvents(jump_events, lambda k, t, x: events.apply(k, t, x, theta, outs),
+                       state, root))
+        return y, x, good & ok
 
     def _implicit(self, x0, theta, outs, arrays, span: Span, w):
         """:meth:`span` with an implicit method, back-propagation through its steps."""

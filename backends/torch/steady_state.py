@@ -22,7 +22,9 @@ def solve_steady(solver: PeriodSolver, x0, theta, outs, arrays, period: PeriodLa
     piece (the simulation itself, as in the JAX backend).  Not settled after
     :data:`~petab_sciml.backends.torch.options.STEADY_STATE_DOUBLINGS` horizons, or a
     failed piece: ``ok`` is False."""
-    xs, x, ok = solver.span(x0, theta, outs, arrays, span, w, params)
+    # state-triggered events fire inside the period too (a probe per piece)
+    solve = solver.span_with_jumps if solver.probes else solver.span
+    xs, x, ok = solve(x0, theta, outs, arrays, span, w, params)
     opts = solver.options
     p = solver.sens.vector(theta, outs, w).detach()
     rhs_arrays = solver.rhs_arrays(arrays)
@@ -36,7 +38,8 @@ def solve_steady(solver: PeriodSolver, x0, theta, outs, arrays, period: PeriodLa
             scale = opts.atol + opts.rtol * x.detach().abs()
             if float(torch.sqrt(torch.mean((rate / scale) ** 2))) < 1.0:
                 break
-        _, x, good = solver.span_to(x, theta, outs, arrays, t, t + horizon, w, params)
+        _, x, good = solve(x, theta, outs, arrays, type(span).to_end(t, t + horizon, w), w,
+                           params)
         ok = ok & good
         t, horizon = t + horizon, 2.0 * horizon
     else:

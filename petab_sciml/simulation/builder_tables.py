@@ -235,18 +235,20 @@ def _period_plans(b: PlanBuilder, eid: str, raw: list[tuple[float, list[str]]],
                   times: list[float]) -> list[PeriodPlan]:
     """The periods of experiment ``eid`` (``raw`` from the experiment table) with its
     measurement ``times``: a pre-equilibration period (start ``-inf``) runs to steady
-    state from the next period's start (or 0)."""
+    state from the next period's start (or 0; a lone one with measurements at finite
+    times is followed by a period from 0)."""
     t_end = max(times)
     pre_eq = raw[0][0] == -math.inf
+    if pre_eq and len(raw) == 1 and any(math.isfinite(t) for t in times):
+        # only a pre-equilibration: the simulation goes on from its steady state at
+        # t = 0, without a condition (as the PEtab v2 test suite's case 0023 reads it)
+        raw = [*raw, (0.0, [])]
     if len(raw) > 2 and raw[1][0] == -math.inf:
         b.fail(f"experiment {eid!r} has several periods at time -inf", entry="experiments")
     first = raw[1][0] if pre_eq and len(raw) > 1 else 0.0 if pre_eq else raw[0][0]
     if min(times) < first and not (pre_eq and len(raw) == 1):
         b.fail(f"experiment {eid!r} has measurements before its first period "
                f"(t0 = {first})", entry="measurements")
-    if pre_eq and len(raw) == 1 and any(math.isfinite(t) for t in times):
-        b.fail(f"experiment {eid!r} has only a pre-equilibration period: its "
-               "measurements must be at time inf", entry="measurements")
     periods: list[PeriodPlan] = []
     for k, (start, conds) in enumerate(raw):
         end = raw[k + 1][0] if k + 1 < len(raw) else max(t_end, start)

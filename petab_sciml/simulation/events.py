@@ -19,10 +19,13 @@ Where the simulation fires events (both backends, ``backends/*/events.py``):
   across gets ``h(x + f(tau-) dtau) - f(tau+) dtau`` with ``dtau = tau - stop_gradient(tau)``:
   the event's value, and in derivative the sensitivity jump of an event at a
   parameter-dependent time.
-* **inside a period, at a time that depends on the states** (root finding): not
-  supported.  The simulation checks the other triggers at the period's ends and output
-  times; where one changed inside the period, it fails (``ok = False``) instead of
-  returning a solution that missed the event.
+* **inside a period, at a time that depends on the states**: a probe solve without
+  gradients (diffrax's ``Event`` with a Newton root finder in JAX, SciPy's
+  ``solve_ivp`` events in PyTorch) finds the times ``tau_0`` where triggers rise (at most
+  :data:`MAX_STATE_EVENTS` per period).  The differentiable solve is then split there as
+  above, with ``dtau = -g(tau_0, x) / stop_gradient(dg/dt)``: a Newton step from the
+  probe's root to this solve's (the state carried across is moved by it to first
+  order), and in derivative the implicit function theorem's ``dtau/dp`` of the root.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ class EventPlan:
 
 
 ROOT_RTOL = 1e-6
+
+MAX_STATE_EVENTS = 8
+"""The most state-triggered events one period may fire; a period with more fails
+(``ok = False``)."""
 
 
 def event_plans(model, state_ids: tuple[str, ...], theta_ids: tuple[str, ...],

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from petab_sciml.simulation.events import MAX_STATE_EVENTS
 from petab_sciml.simulation.plan import SimulationError, SimulationPlan, aligned_empty
 
 
@@ -212,14 +213,14 @@ def failure_reason(solved: Any, sigma: np.ndarray | None, llh: float, *,
                    state_events: bool = False) -> str:
     """Why an evaluation is not ok: its ``solved`` flag, noise ``sigma`` per measurement
     (table order) and log-likelihood ``llh``; ``state_events``: the model has events
-    whose trigger depends on states (a solve fails where one changes inside a period)."""
+    whose trigger depends on states (a period in which more of them fire than
+    :data:`~petab_sciml.simulation.events.MAX_STATE_EVENTS` fails)."""
     if not bool(solved):
         reason = ("an ODE solve failed (more than max_steps steps, a collapsed step size or "
                   "a non-finite state)")
         if state_events:
-            reason = (reason[:-1] + ", or the trigger of an SBML event that depends on "
-                      "states changed inside a period: such events fire only at period "
-                      "starts, see docs/sbml.md)")
+            reason = (reason[:-1] + ", or more SBML events triggered by states in one "
+                      f"period than {MAX_STATE_EVENTS})")
         return reason
     if sigma is not None:
         bad = np.flatnonzero(~(sigma > 0))

@@ -37,6 +37,7 @@ EVENT = """    <listOfEvents>
               <cn> 1 </cn></apply>
           </math>
         </trigger>
+        <delay><math xmlns="http://www.w3.org/1998/Math/MathML"><cn> 2 </cn></math></delay>
         <listOfEventAssignments>
           <eventAssignment variable="prey">
             <math xmlns="http://www.w3.org/1998/Math/MathML"><cn> 1 </cn></math>

@@ -9,8 +9,9 @@ solutions written here from the SBML semantics:
   trigger on time and one on a state;
 * ``initialValue``: a trigger true at the initial time fires there only when
   ``initialValue="false"``;
-* a state-triggered event inside a period is reported (``ok = False``, a reason naming
-  events), and delays or compound triggers are refused at load with the event named.
+* a state-triggered event inside a period (root finding), repeated, with the gradient
+  through its state-dependent times; and one during a pre-equilibration;
+* delays or compound triggers are refused at load with the event named.
 """
 
 from __future__ import annotations
@@ -188,14 +189,83 @@ def test_event_after_the_condition_at_the_same_time_keeps_amounts(tmp_path, back
     np.testing.assert_allclose(ev.simulations, expected, rtol=1e-7)
 
 
+def repeated_x(t: float, d: float, dose: float) -> float:
+    """``X`` with ``X < 1: X = X + dose``: from ``X0``, each time ``X`` decays to 1 it
+    jumps to ``1 + dose``."""
+    x, start = X0, 0.0
+    while True:
+        root = start + math.log(x) / d
+        if t < root:
+            return x * math.exp(-d * (t - start))
+        x, start = 1.0 + dose, root
+
+
+def repeated_value(p: np.ndarray) -> float:
+    return sum(0.5 * math.log(2 * math.pi * SIGMA**2) + (m - repeated_x(t, *p)) ** 2
+               / (2 * SIGMA**2) for t, m in zip(TIMES, MEASURED, strict=True))
+
+
+@pytest.mark.parametrize(("backend", "sensitivity"), MODES)
+def test_state_event_inside_a_period_repeats_with_its_gradient(tmp_path, backend,
+                                                               sensitivity):
+    """``X < 1`` becomes true at ``t = ln(2) / d`` and again ``ln(1 + dose) / d`` later:
+    two events inside the one period, found by root finding, at times that depend on
+    ``d`` and ``dose`` (whose derivatives then include ``dtau/dp``)."""
+    problem, sim = simulator(write_dosing(tmp_path / "p", "X < 1"), backend,
+                             sensitivity=sensitivity)
+    ev = sim.evaluate(grad=True)
+    assert ev.ok, ev.reason
+    p = np.array([D, DOSE])
+    assert math.log(X0) / D + math.log(1 + DOSE) / D < TIMES[-1]   # two events before it
+    np.testing.assert_allclose(ev.simulations, [repeated_x(t, *p) for t in TIMES],
+                               rtol=1e-6)
+    ids = list(problem.plan.mech_ids)
+    reference = central_difference(repeated_value, p)
+    np.testing.assert_allclose(ev.grad_flat[[ids.index("d"), ids.index("dose")]],
+                               reference, rtol=1e-4)
+    assert ev.grad_flat[ids.index("tau")] == 0.0   # tau is not in this model's trigger
+
+
+def pre_equilibration_problem(folder: Path) -> Path:
+    """``dp/dt = 1`` while ``p <= 500``, from ``p = 2``; the event ``p >= 500`` adds 1000.
+    The experiment is a pre-equilibration only, measured at 0 and at steady state: both
+    read the steady state ``p = 1500``, reached only through the event."""
+    doc = libsbml.SBMLDocument(3, 2)
+    model = doc.createModel()
+    model.setId("steady_event")
+    for pid, value, constant in (("p", 2.0, False), ("rate", 1.0, True)):
+        par = model.createParameter()
+        par.setId(pid), par.setValue(value), par.setConstant(constant)
+    rule = model.createRateRule()
+    rule.setVariable("p")
+    rule.setMath(libsbml.parseL3Formula("piecewise(rate, p <= 500, 0)"))
+    sbml = with_events(libsbml.writeSBMLToString(doc), [("boost", "p >= 500",
+                                                         [("p", "p + 1000")], False)])
+    folder.mkdir(parents=True)
+    (folder / "model.xml").write_text(sbml)
+    (folder / "observables.tsv").write_text(
+        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+        "obs_p\tp\t1\tnormal\n")
+    (folder / "experiments.tsv").write_text("experimentId\ttime\tconditionId\ne1\t-inf\t\n")
+    (folder / "measurements.tsv").write_text(
+        "observableId\texperimentId\ttime\tmeasurement\nobs_p\te1\t0\t1500\n"
+        "obs_p\te1\tinf\t1500\n")
+    (folder / "parameters.tsv").write_text(
+        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\nrate\t0\t10\t1\ttrue\n")
+    (folder / "problem.yaml").write_text(
+        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
+        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
+        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
+        "condition_files: []\nexperiment_files: [experiments.tsv]\n")
+    return folder / "problem.yaml"
+
+
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_state_event_inside_a_period_is_reported(tmp_path, backend):
-    """``X < 1`` becomes true at ``t = ln 2 / d`` inside the only period: not supported,
-    so the evaluation is not ok and says why, instead of a solution without the dose."""
-    _, sim = simulator(write_dosing(tmp_path / "p", "X < 1"), backend)
+def test_state_event_during_pre_equilibration(tmp_path, backend):
+    _, sim = simulator(pre_equilibration_problem(tmp_path / "p"), backend)
     ev = sim.evaluate(grad=False)
-    assert not ev.ok
-    assert "SBML event" in ev.reason
+    assert ev.ok, ev.reason
+    np.testing.assert_allclose(ev.simulations, [1500.0, 1500.0], rtol=1e-8)
 
 
 @pytest.mark.parametrize(("delay", "trigger", "message"), [

@@ -340,13 +340,14 @@ def test_unsupported_sbml_fails_at_load(decay_problem, tmp_path):
           xmlns="http://www.w3.org/1998/Math/MathML"><apply><gt/><csymbol
           encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>
           <cn>1</cn></apply></math></trigger>
+        <delay><math xmlns="http://www.w3.org/1998/Math/MathML"><cn>2</cn></math></delay>
         <listOfEventAssignments><eventAssignment variable="A"><math
           xmlns="http://www.w3.org/1998/Math/MathML"><cn>1</cn></math></eventAssignment>
         </listOfEventAssignments>
       </event>
     </listOfEvents>""")
     (folder / "decay.xml").write_text(xml)
-    with pytest.raises(UnsupportedSbmlError, match="event 'bolus'"):
+    with pytest.raises(UnsupportedSbmlError, match="event 'bolus'.*delay|delay.*event 'bolus'"):
         load_problem(folder / "problem.yaml", backend="torch")
 
 
