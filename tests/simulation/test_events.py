@@ -24,7 +24,11 @@ import pytest
 
 libsbml = pytest.importorskip("libsbml")
 
-from tests.support.problems.models import lv_sbml, write_one_observable_problem  # noqa: E402
+from tests.support.problems.models import (  # noqa: E402
+    lv_sbml,
+    write_one_observable_problem,
+    write_petab_v2_problem,
+)
 
 X0, D, TAU, DOSE = 2.0, 0.7, 1.3, 1.5
 TIMES = [0.5, 1.0, 2.0, 3.5]
@@ -151,27 +155,19 @@ def compartment_problem(folder: Path, trigger: str) -> Path:
     rule.setMath(libsbml.parseL3Formula("p"))
     sbml = with_events(libsbml.writeSBMLToString(doc), [("grow", trigger, [("C", "C * 2")],
                                                          True)])
-    folder.mkdir(parents=True)
-    (folder / "model.xml").write_text(sbml)
-    (folder / "observables.tsv").write_text(
-        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
-        "obs_C\tC\t1\tnormal\nobs_amount_S\tS * C\t1\tnormal\nobs_conc_S\tS\t1\tnormal\n")
-    (folder / "conditions.tsv").write_text(
-        "conditionId\ttargetId\ttargetValue\nc1\tS\t2\nc2\tS\tS + C\nc2\tC\t8\n")
-    (folder / "experiments.tsv").write_text(
-        "experimentId\ttime\tconditionId\ne1\t0\tc1\ne1\t10\tc2\n")
-    (folder / "measurements.tsv").write_text(
-        "observableId\texperimentId\ttime\tmeasurement\n"
-        + "".join(f"{o}\te1\t{t}\t{t}\n" for t in (0, 5, 10, 15)
-                  for o in ("obs_C", "obs_amount_S", "obs_conc_S")))
-    (folder / "parameters.tsv").write_text(
-        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\np\t0\t10\t1\ttrue\n")
-    (folder / "problem.yaml").write_text(
-        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
-        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
-        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
-        "condition_files: [conditions.tsv]\nexperiment_files: [experiments.tsv]\n")
-    return folder / "problem.yaml"
+    return write_petab_v2_problem(folder, sbml, {
+        "observables": "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+                       "obs_C\tC\t1\tnormal\nobs_amount_S\tS * C\t1\tnormal\n"
+                       "obs_conc_S\tS\t1\tnormal\n",
+        "conditions": "conditionId\ttargetId\ttargetValue\nc1\tS\t2\nc2\tS\tS + C\n"
+                      "c2\tC\t8\n",
+        "experiments": "experimentId\ttime\tconditionId\ne1\t0\tc1\ne1\t10\tc2\n",
+        "measurements": "observableId\texperimentId\ttime\tmeasurement\n"
+                        + "".join(f"{o}\te1\t{t}\t{t}\n" for t in (0, 5, 10, 15)
+                                  for o in ("obs_C", "obs_amount_S", "obs_conc_S")),
+        "parameters": "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
+                      "p\t0\t10\t1\ttrue\n",
+    })
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -241,23 +237,15 @@ def pre_equilibration_problem(folder: Path) -> Path:
     rule.setMath(libsbml.parseL3Formula("piecewise(rate, p <= 500, 0)"))
     sbml = with_events(libsbml.writeSBMLToString(doc), [("boost", "p >= 500",
                                                          [("p", "p + 1000")], False)])
-    folder.mkdir(parents=True)
-    (folder / "model.xml").write_text(sbml)
-    (folder / "observables.tsv").write_text(
-        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
-        "obs_p\tp\t1\tnormal\n")
-    (folder / "experiments.tsv").write_text("experimentId\ttime\tconditionId\ne1\t-inf\t\n")
-    (folder / "measurements.tsv").write_text(
-        "observableId\texperimentId\ttime\tmeasurement\nobs_p\te1\t0\t1500\n"
-        "obs_p\te1\tinf\t1500\n")
-    (folder / "parameters.tsv").write_text(
-        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\nrate\t0\t10\t1\ttrue\n")
-    (folder / "problem.yaml").write_text(
-        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
-        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
-        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
-        "condition_files: []\nexperiment_files: [experiments.tsv]\n")
-    return folder / "problem.yaml"
+    return write_petab_v2_problem(folder, sbml, {
+        "observables": "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+                       "obs_p\tp\t1\tnormal\n",
+        "experiments": "experimentId\ttime\tconditionId\ne1\t-inf\t\n",
+        "measurements": "observableId\texperimentId\ttime\tmeasurement\n"
+                        "obs_p\te1\t0\t1500\nobs_p\te1\tinf\t1500\n",
+        "parameters": "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
+                      "rate\t0\t10\t1\ttrue\n",
+    })
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

@@ -422,6 +422,28 @@ OLDER_DRAFT_EXAMPLES = (getting_started, how_to_dmms, how_to_neural_ode, how_to_
 BENCHMARK_EXAMPLES = (ko_pendulum, dandekar_sir)
 
 
+def write_petab_v2_problem(folder: Path, sbml: str, tables: dict[str, str]) -> Path:
+    """A plain PEtab v2 problem in ``folder``: the SBML text ``sbml`` as ``model.xml`` and
+    the ``tables`` ``{kind: tsv text}`` (kinds ``parameters``, ``observables``,
+    ``measurements``, optional ``conditions`` and ``experiments``) as ``{kind}.tsv``;
+    returns its ``problem.yaml``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.xml").write_text(sbml)
+    for kind, text in tables.items():
+        (folder / f"{kind}.tsv").write_text(text)
+
+    def files(kind: str) -> str:
+        return f"[{kind}.tsv]" if kind in tables else "[]"
+
+    (folder / "problem.yaml").write_text(
+        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
+        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
+        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
+        f"condition_files: {files('conditions')}\n"
+        f"experiment_files: {files('experiments')}\n")
+    return folder / "problem.yaml"
+
+
 def write_one_observable_problem(folder: Path, sbml: str, state: str, times: list[float],
                                  measured: list[float], sigma: float,
                                  parameters: dict[str, tuple[float, float, float]]
@@ -430,20 +452,13 @@ def write_one_observable_problem(folder: Path, sbml: str, state: str, times: lis
     ``obs`` of ``state`` with normal noise ``sigma``, its measurements at ``times``, and
     the estimated ``parameters`` ``{id: (lower, upper, nominal)}``; returns its
     ``problem.yaml``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.xml").write_text(sbml)
-    (folder / "observables.tsv").write_text(
-        "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
-        f"obs\t{state}\t{sigma}\tnormal\n")
-    (folder / "measurements.tsv").write_text(
-        "observableId\ttime\tmeasurement\n"
-        + "".join(f"obs\t{t}\t{m}\n" for t, m in zip(times, measured, strict=True)))
-    (folder / "parameters.tsv").write_text(
-        "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
-        + "".join(f"{k}\t{lo}\t{hi}\t{v}\ttrue\n" for k, (lo, hi, v) in parameters.items()))
-    (folder / "problem.yaml").write_text(
-        "format_version: 2.0.0\nparameter_files: [parameters.tsv]\n"
-        "model_files:\n  model_0:\n    language: sbml\n    location: model.xml\n"
-        "measurement_files: [measurements.tsv]\nobservable_files: [observables.tsv]\n"
-        "condition_files: []\nexperiment_files: []\n")
-    return folder / "problem.yaml"
+    return write_petab_v2_problem(folder, sbml, {
+        "observables": "observableId\tobservableFormula\tnoiseFormula\tnoiseDistribution\n"
+                       f"obs\t{state}\t{sigma}\tnormal\n",
+        "measurements": "observableId\ttime\tmeasurement\n"
+                        + "".join(f"obs\t{t}\t{m}\n"
+                                  for t, m in zip(times, measured, strict=True)),
+        "parameters": "parameterId\tlowerBound\tupperBound\tnominalValue\testimate\n"
+                      + "".join(f"{k}\t{lo}\t{hi}\t{v}\ttrue\n"
+                                for k, (lo, hi, v) in parameters.items()),
+    })
