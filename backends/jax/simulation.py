@@ -218,7 +218,7 @@ class JaxExecutor:
                                   checkpoints=self.checkpoints,
                                   steady_state=self.steady_state)
         probe = None
-        if self.events is not None and self.events.state_triggered.any():
+        if self.plan.has_state_events:
             from .events import event_probe
 
             probe = event_probe(self.events, field, nets, self.options)

@@ -45,7 +45,7 @@ def plan_batches(plan: SimulationPlan, options: TorchOptions,
     # finds each one's event times)
     batchable = (not o.compile and o.method in FORWARD_METHODS
                  and o.sensitivity in ("forward", "autograd")
-                 and all(e.time is not None for e in plan.events))
+                 and not plan.has_state_events)
     if not batchable or not (o.batch_experiments or o.sensitivity == "autograd"):
         return [], {}
     by_p: dict[int, list[int]] = {}

@@ -68,7 +68,7 @@ class PeriodSolver:
         self.solvers = solvers
         self.options = options
         self.events = Events(plan, fns) if plan.events else None
-        self.probes = any(e.time is None for e in plan.events)
+        self.probes = plan.has_state_events
         """Some event is triggered by states: a probe finds where it fires."""
 
     def experiment(self, e: int, periods: list[PeriodLayout], theta, outs, arrays, d, w,

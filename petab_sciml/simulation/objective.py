@@ -154,8 +154,7 @@ class Simulator:
             ev.sigma = np.asarray(_np(out["sigma"]), np.float64)
         if not ev.ok:
             ev.reason = failure_reason(_np(out.get("solved", False)), ev.sigma, ev.llh,
-                                       state_events=any(e.time is None
-                                                        for e in self.plan.events))
+                                       state_events=self.plan.has_state_events)
         if g is not None:
             g = np.asarray(_np(g), np.float64)
             if self.plan.all_free:

@@ -238,6 +238,12 @@ class SimulationPlan:
     """The SBML events (:class:`petab_sciml.simulation.events.EventPlan`), in execution
     order for simultaneous ones."""
 
+    @property
+    def has_state_events(self) -> bool:
+        """Some event's trigger depends on states: where it fires inside a period is
+        found by root finding (:mod:`petab_sciml.simulation.events`)."""
+        return any(e.time is None for e in self.events)
+
     # ---------------------------------------------------------------- symbol groups
     @property
     def net_output_groups(self) -> list[tuple[str, ...]]:
