@@ -73,3 +73,8 @@ class Backend(Protocol):
         """The array functions that formulas compiled by
         :func:`petab_sciml.expressions.compile_expressions` call (``_m`` the array
         module with numpy's function names, ``_where``, ``_stack``, ...)."""
+
+    def term_sum_ops(self) -> Any:
+        """The array operations of :func:`petab_sciml.simulation.term_sums.compile_term_sum`
+        (``key``, ``index``, ``values``, ``take``, ``monomials``, ``row_sums``, as
+        :class:`petab_sciml.simulation.term_sums.NumpyTermSumOps` does them in numpy)."""

@@ -220,6 +220,12 @@ class JaxBackend:
 
         return parameters(model)
 
+    def term_sum_ops(self) -> Any:
+        """Array operations of :mod:`petab_sciml.simulation.term_sums`."""
+        from .term_sums import JaxTermSumOps
+
+        return JaxTermSumOps()
+
     def expression_namespace(self) -> dict[str, Any]:
         """Array functions for compiled PEtab formulas
         (:func:`petab_sciml.expressions.compile_expressions`)."""

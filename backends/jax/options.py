@@ -61,6 +61,11 @@ class JaxOptions:
     """The largest factor by which one step may exceed the last (diffrax's
     ``PIDController(factormax=)``); None: the solver's
     (``petab_sciml.simulation.steps.max_step_growth``)."""
+    term_sums: bool | None = None
+    """Compile the right-hand side as a sum of terms (polynomial parts vectorized,
+    ``petab_sciml/simulation/term_sums.py``) instead of straight-line code; None: for
+    models of ``term_sums.MIN_STATES`` states and more, where straight-line code is
+    slow to compile and to run."""
     devices: int | None = None
     """Batched experiments are split into one share per device, each solved on its
     device (``backends/jax/devices.py``): this many of JAX's local devices, None: all

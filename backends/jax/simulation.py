@@ -125,7 +125,7 @@ class JaxExecutor:
         if self.steady_state and self.sensitivity == "adjoint":
             raise SimulationError("sensitivity='adjoint' cannot stop at a steady state "
                                   "(pre-equilibration, time = inf); use forward or reverse")
-        self.fns = compile_plan(plan, "jax")
+        self.fns = compile_plan(plan, "jax", term_sums=self.options.term_sums)
         self.events = Events(plan, self.fns) if plan.events else None
         self.networks = BoundNetworks(plan, self.fns.net_inputs)
         layout = named_arrays(plan, data_layout(plan), steady_state=self.steady_state,

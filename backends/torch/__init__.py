@@ -76,6 +76,13 @@ class TorchBackend:
         """``{"mech": linear values, "nets": ...}`` (numpy) of a native problem model."""
         return model.values()
 
+    def term_sum_ops(self) -> Any:
+        """Array operations of :mod:`petab_sciml.simulation.term_sums`."""
+        require("torch", "torch")
+        from petab_sciml.backends.torch.term_sums import TorchTermSumOps
+
+        return TorchTermSumOps()
+
     def expression_namespace(self) -> dict[str, Any]:
         """Array functions for compiled PEtab formulas
         (:func:`petab_sciml.expressions.compile_expressions`)."""

@@ -65,6 +65,11 @@ class TorchOptions:
     (``benchmarks/investigations/torch_ordered_products.py``), and without kinks
     batched and unbatched agree to far below the solver tolerance with the library's
     products."""
+    term_sums: bool | None = None
+    """Compile the right-hand side as a sum of terms (polynomial parts vectorized,
+    ``petab_sciml/simulation/term_sums.py``) instead of straight-line code; None: for
+    models of ``term_sums.MIN_STATES`` states and more, where straight-line code is
+    slow to compile and to run."""
     batch_experiments: bool = True
     """Solve experiments of the same structure (same number of periods, no steady state)
     as one batched solve

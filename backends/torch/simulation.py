@@ -87,7 +87,7 @@ class TorchExecutor:
         self.plan = plan
         self.options = opts = resolved_options(options or TorchOptions())
         check_options(opts)
-        self.fns = compile_plan(plan, "torch")
+        self.fns = compile_plan(plan, "torch", term_sums=opts.term_sums)
         self.ordered_products = (opts.ordered_products if opts.ordered_products is not None
                                  else not opts.compile and not plan.rhs_smooth)
         self.networks = Networks(plan, self.fns.net_inputs, modes_from=modules,

@@ -9,6 +9,7 @@ from typing import Any
 from petab_sciml.expressions import compile_expressions
 from petab_sciml.simulation.jumps import jump_time_exprs
 from petab_sciml.simulation.plan import SimulationPlan
+from petab_sciml.simulation.term_sums import MIN_STATES, compile_term_sum
 
 
 @dataclass
@@ -44,7 +45,11 @@ class CompiledFormulas:
     """Per event: ``f(t, x, theta, *o) -> values`` of its targets."""
 
 
-def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
+def compile_plan(plan: SimulationPlan, backend: str, *, term_sums: bool | None = None
+                 ) -> CompiledFormulas:
+    """Every formula of ``plan`` compiled for ``backend``.  ``term_sums``: the
+    right-hand side as a sum of terms (:mod:`.term_sums`); None: for models of
+    :data:`~.term_sums.MIN_STATES` states and more."""
     groups = plan.groups()
     no_x = plan.groups(with_states=False)
     op = [f"__op{k}" for k in range(plan.n_obs_par)]
@@ -61,8 +66,11 @@ def compile_plan(plan: SimulationPlan, backend: str) -> CompiledFormulas:
     jump_events = (-1,) * len(jumps) + tuple(k for k, _ in timed)
     jumps = (*jumps, *(tau for _, tau in timed))
     events = plan.events
+    if term_sums is None:
+        term_sums = len(plan.state_ids) >= MIN_STATES
     return CompiledFormulas(
-        rhs=comp(plan.rhs_exprs, groups, "rhs"),
+        rhs=(compile_term_sum(plan.rhs_exprs, groups, backend=backend, name="rhs")
+             if term_sums and plan.rhs_exprs else comp(plan.rhs_exprs, groups, "rhs")),
         x0=comp(plan.x0_exprs, no_x, "initial"),
         changes=comp(plan.change_exprs, groups, "changes"),
         net_inputs=[comp(n.input_exprs, groups, f"inputs_{n.id}") if n.input_exprs else None
