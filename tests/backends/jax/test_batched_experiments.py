@@ -164,7 +164,7 @@ def test_adjoint_sensitivities_batched_and_unbatched(tmp_path):
     w[:3] = [1.25, 0.85, 1.75]
     runs = {(mode, batched): problem.simulator(sensitivity=mode, cache=False,
                                                batch_experiments=batched).evaluate(w)
-            for mode in ("adjoint", "reverse") for batched in (True, False)}
+            for mode, batched in (("adjoint", True), ("adjoint", False), ("reverse", True))}
     adjoint, unbatched = runs["adjoint", True], runs["adjoint", False]
     assert all(ev.ok for ev in runs.values())
     assert _close(adjoint.value, unbatched.value) <= TOL
