@@ -19,19 +19,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from timing import best_of
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = Path(os.environ.get("PETAB_BENCHMARK") or REPO.parent / "shared" / "petab_benchmark")
-
-
-def _best(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def jax_rows(plan, skip_straight_vjp: bool) -> dict[str, dict[str, float]]:
@@ -52,7 +43,7 @@ def jax_rows(plan, skip_straight_vjp: bool) -> dict[str, dict[str, float]]:
         t = time.perf_counter()
         value = jax.jit(lambda t, *a, f=rhs: f(t, *a)).lower(0.0, *args).compile()
         row["JAX compile [s]"] = time.perf_counter() - t
-        row["JAX call [us]"] = 1e6 * _best(lambda v=value: v(0.0, *args).block_until_ready(),
+        row["JAX call [us]"] = 1e6 * best_of(lambda v=value: v(0.0, *args).block_until_ready(),
                                            200)
         if term_sums or not skip_straight_vjp:
             def pullback(t, x, *rest, f=rhs):
@@ -61,7 +52,7 @@ def jax_rows(plan, skip_straight_vjp: bool) -> dict[str, dict[str, float]]:
             t = time.perf_counter()
             vjp = jax.jit(pullback).lower(0.0, *args).compile()
             row["JAX vjp compile [s]"] = time.perf_counter() - t
-            row["JAX vjp call [us]"] = 1e6 * _best(
+            row["JAX vjp call [us]"] = 1e6 * best_of(
                 lambda v=vjp: v(0.0, *args).block_until_ready(), 200)
         out[label] = row
     return out
@@ -79,14 +70,14 @@ def torch_rows(plan) -> dict[str, dict[str, float]]:
         args = [torch.tensor(rng.uniform(0.5, 1.5, (1, len(g)))) for g in plan.groups()]
         t0 = torch.tensor(0.0, dtype=torch.float64)
         with torch.no_grad():
-            call = _best(lambda f=rhs, t0=t0, args=args: f(t0, *args), 20)
+            call = best_of(lambda f=rhs, t0=t0, args=args: f(t0, *args), 20)
         x = args[0].clone().requires_grad_(True)
 
         def backward(f=rhs, x=x, t0=t0, rest=args[1:]):
             f(t0, x, *rest).sum().backward()
 
         out[label] = {"torch call [us]": 1e6 * call,
-                      "torch call + backward [us]": 1e6 * _best(backward, 10)}
+                      "torch call + backward [us]": 1e6 * best_of(backward, 10)}
     return out
 
 

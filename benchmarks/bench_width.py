@@ -52,6 +52,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from timing import best_of  # noqa: E402
+
 from tests.support.problems.widened import write_widened_problem  # noqa: E402
 
 WIDTHS = (5, 64, 512, 2048)
@@ -142,16 +144,6 @@ def hand_written(arrays, mech, mode: str, checkpoints: int | None, max_steps: in
 
 
 # ----------------------------------------------------------------------------- products
-def _best(fn, rounds: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def jax_products(widths, batches, rounds: int) -> list[dict]:
     """Forward and gradient of ``sum(tanh(L2(tanh(L1(x)))))`` (two ``width``-wide
     layers) with every product form, jitted with the objective's XLA options."""
@@ -189,9 +181,9 @@ def jax_products(widths, batches, rounds: int) -> list[dict]:
                 a = (w1, w2, x)
                 rows.append({
                     "backend": "jax", "width": width, "batch": batch, "form": name,
-                    "forward_us": 1e6 * _best(
+                    "forward_us": 1e6 * best_of(
                         lambda f=fwd, a=a: jax.block_until_ready(f(*a)), rounds),
-                    "gradient_us": 1e6 * _best(
+                    "gradient_us": 1e6 * best_of(
                         lambda f=grad, a=a: jax.block_until_ready(f(*a)), rounds)})
     return rows
 
@@ -230,8 +222,8 @@ def torch_products(widths, batches, rounds: int) -> list[dict]:
                     return torch.autograd.grad(total, (w1, w2, x))
 
                 rows.append({"backend": "torch", "width": width, "batch": batch,
-                             "form": name, "forward_us": 1e6 * _best(forward, rounds),
-                             "gradient_us": 1e6 * _best(gradient, rounds)})
+                             "form": name, "forward_us": 1e6 * best_of(forward, rounds),
+                             "gradient_us": 1e6 * best_of(gradient, rounds)})
     return rows
 
 

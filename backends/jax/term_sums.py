@@ -7,21 +7,11 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from petab_sciml.simulation.term_sums import NumpyTermSumOps
 
-class JaxTermSumOps:
-    """Index tables stay numpy (constants of the traced program)."""
 
-    @staticmethod
-    def key(like: Any) -> tuple:
-        return ()
-
-    @staticmethod
-    def index(a: np.ndarray, like: Any) -> np.ndarray:
-        return a
-
-    @staticmethod
-    def values(a: np.ndarray, like: Any) -> np.ndarray:
-        return a
+class JaxTermSumOps(NumpyTermSumOps):
+    """Index tables stay numpy (constants of the traced program), as in numpy's."""
 
     @staticmethod
     def take(a: Any, index: np.ndarray) -> Any:
