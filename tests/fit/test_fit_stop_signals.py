@@ -61,7 +61,7 @@ def _stopped_by(signum: int, where: list[str], out: Path, env: dict) -> int:
     check how it ends; returns the step its checkpoint holds."""
     cmd = [*CLI, *where, "--out", str(out), "--steps", "100000", "--checkpoint-every", "3"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+                            env=env, start_new_session=True, preexec_fn=_stop_signals_default)
     first = out / "checkpoints" / "start_0000.npz"
     deadline = time.monotonic() + 300
     while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
@@ -85,6 +85,14 @@ def _stopped_by(signum: int, where: list[str], out: Path, env: dict) -> int:
     assert first.stat().st_mtime >= sent - 0.05
     assert step >= 3
     return step
+
+
+def _stop_signals_default() -> None:
+    """In the fit's process before it starts: SIGTERM and SIGHUP with their default
+    action, as in a terminal.  A test run started under ``nohup`` would otherwise pass
+    SIGHUP on ignored, and the fit rightly keeps an ignored signal ignored."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _state(pid: int) -> str:
