@@ -66,11 +66,18 @@ def _stopped_by(signum: int, where: list[str], out: Path, env: dict) -> int:
     deadline = time.monotonic() + 300
     while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert first.is_file(), proc.communicate()[1][-2000:]
+    if not first.is_file():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"no checkpoint within 300 s: {proc.communicate()[1][-2000:]}")
     workers = _children(proc.pid)
     sent = time.time()
     os.killpg(proc.pid, signum)
-    stdout, stderr = proc.communicate(timeout=180)
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)    # a fit that ignored the signal goes too
+        raise
     assert proc.returncode == 128 + signum, stderr[-2000:]
     lines = [line for line in stderr.splitlines() if "stopped by" in line]
     assert len(lines) == 1 and signal.Signals(signum).name in lines[0], stderr[-2000:]
