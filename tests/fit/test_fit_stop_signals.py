@@ -62,36 +62,37 @@ def _stopped_by(signum: int, where: list[str], out: Path, env: dict) -> int:
     cmd = [*CLI, *where, "--out", str(out), "--steps", "100000", "--checkpoint-every", "3"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True, preexec_fn=_stop_signals_default)
-    first = out / "checkpoints" / "start_0000.npz"
-    deadline = time.monotonic() + 300
-    while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not first.is_file():
+    try:
+        first = out / "checkpoints" / "start_0000.npz"
+        deadline = time.monotonic() + 300
+        while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not first.is_file():
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"no checkpoint within 300 s: {proc.communicate()[1][-2000:]}")
+        workers = _children(proc.pid)
+        sent = time.time()
+        os.killpg(proc.pid, signum)
+        stdout, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 128 + signum, stderr[-2000:]
+        lines = [line for line in stderr.splitlines() if "stopped by" in line]
+        assert len(lines) == 1 and signal.Signals(signum).name in lines[0], stderr[-2000:]
+        assert "--resume" in stderr and "Traceback" not in stderr, stderr[-2000:]
+        time.sleep(1.0)
+        assert not {p for p in workers if Path(f"/proc/{p}").exists()
+                    and "zombie" not in _state(p)}, "worker processes outlived the fit"
+        with np.load(first) as z:
+            step = int(z["step"])
+            assert z["trace"].shape == (step,)
+        # written at the signal, not a periodic checkpoint from before it
+        assert first.stat().st_mtime >= sent - 0.05
+        assert step >= 3
+        return step
+    finally:
+        # a fit that failed the checks (ignored the signal, never checkpointed) goes too
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"no checkpoint within 300 s: {proc.communicate()[1][-2000:]}")
-    workers = _children(proc.pid)
-    sent = time.time()
-    os.killpg(proc.pid, signum)
-    try:
-        stdout, stderr = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)    # a fit that ignored the signal goes too
-        raise
-    assert proc.returncode == 128 + signum, stderr[-2000:]
-    lines = [line for line in stderr.splitlines() if "stopped by" in line]
-    assert len(lines) == 1 and signal.Signals(signum).name in lines[0], stderr[-2000:]
-    assert "--resume" in stderr and "Traceback" not in stderr, stderr[-2000:]
-    time.sleep(1.0)
-    assert not {p for p in workers if Path(f"/proc/{p}").exists()
-                and "zombie" not in _state(p)}, "worker processes outlived the fit"
-    with np.load(first) as z:
-        step = int(z["step"])
-        assert z["trace"].shape == (step,)
-    # written at the signal, not a periodic checkpoint from before it
-    assert first.stat().st_mtime >= sent - 0.05
-    assert step >= 3
-    return step
+            proc.wait()
 
 
 def _stop_signals_default() -> None:
