@@ -12,7 +12,9 @@ checkpoint) and closes the cluster.
 
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,18 +59,74 @@ def _handlers_replaced(signums, handler, *, keep_ignored: bool = True) -> Iterat
             signal.signal(s, previous)
 
 
+REDELIVER_AFTER_S = 0.05
+"""Delay (seconds) before a dropped :class:`FitSignalled` is raised again."""
+_ACTIVE: list[int] | None = None
+"""The signals received within the innermost :func:`stop_signals_interrupt` block (the
+first only), or None outside every block."""
+
+
 @contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`FitSignalled` (once: later
     ones are ignored, so that the checkpoints being written are finished).  Outside the
-    main thread (where Python cannot handle signals) it does nothing."""
-    def handler(signum, frame):
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-        raise FitSignalled(signum)
+    main thread (where Python cannot handle signals) it does nothing.
 
-    with _handlers_replaced(STOP_SIGNALS, handler):
+    Python runs a signal handler wherever the main thread is, weakref callbacks and
+    finalisers included, and an exception raised there is printed ("Exception ignored
+    in ...") and dropped.  A fit whose stop signal met that fate would train on with the
+    signal ignored (torch's compiler runs such callbacks often).  So a dropped
+    :class:`FitSignalled` is raised again (``sys.unraisablehook``), and the training
+    loops raise it at their next step (:func:`raise_if_stop_received`) should library
+    code have swallowed it."""
+    received: list[int] = []
+    redeliver: list[bool] = []
+
+    def handler(signum, frame):
+        if not received:
+            received.append(signum)
+        elif not redeliver:
+            return
+        redeliver.clear()
+        raise FitSignalled(received[0])
+
+    previous_hook = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if isinstance(info.exc_value, FitSignalled) and received:
+            redeliver.append(True)
+            # the handler (ours, or signals_deferred's) runs again in the main thread,
+            # from another thread and a moment later: run from here it would raise
+            # inside this hook, or inside the callback still running, and be dropped
+            # again (if it is all the same, this hook is called again)
+            timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main,
+                                    args=(received[0],))
+            timer.daemon = True
+            timer.start()
+            return
+        previous_hook(info)
+
+    if not _in_main_thread():
         yield
+        return
+    global _ACTIVE
+    outer, _ACTIVE = _ACTIVE, received
+    sys.unraisablehook = unraisable
+    try:
+        with _handlers_replaced(STOP_SIGNALS, handler):
+            yield
+    finally:
+        sys.unraisablehook = previous_hook
+        _ACTIVE = outer
+
+
+def raise_if_stop_received() -> None:
+    """Raise :class:`FitSignalled` if a stop signal arrived within the current
+    :func:`stop_signals_interrupt` block and its exception did not end the fit (library
+    code that swallows every exception).  Called by the training loops at every step;
+    does nothing outside such a block or outside the main thread."""
+    if _ACTIVE and _in_main_thread():
+        raise FitSignalled(_ACTIVE[0])
 
 
 @contextmanager

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from petab_sciml.fit.signals import raise_if_stop_received
+
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "adagrad")
 """Optimizer names; the same hyperparameters (PyTorch's defaults) in optax and torch.optim."""
 
@@ -76,6 +78,10 @@ class Hooks:
     _last: float = field(default=0.0, repr=False)
 
     def should_stop(self) -> bool:
+        """Whether ``stop()`` asks to end (asked at most every ``stop_every_s``); raises
+        :class:`~petab_sciml.fit.signals.FitSignalled` if a stop signal's exception was
+        swallowed before it could end the fit."""
+        raise_if_stop_received()
         now = time.monotonic()
         if now - self._last < self.stop_every_s:
             return False
