@@ -3,8 +3,32 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
+
+# One JAX persistent compilation cache per test run, empty at its start, shared by the
+# xdist workers and the subprocesses the tests start (they inherit the environment):
+# tests that solve the same problem with the same options (the suite cases in several
+# modules, the scaled Lotka-Volterra problems) compile it once per run, not once per
+# test.  Set before JAX is imported, which reads the variables then.  A run that sets
+# JAX_COMPILATION_CACHE_DIR itself keeps its own.
+_RUN_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    _RUN_XLA_CACHE = Path(tempfile.gettempdir()) / f"petab_sciml_tests_xla_{_run}"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_RUN_XLA_CACHE)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+def pytest_unconfigure(config):
+    """The run's compilation cache goes when the process that made it ends (the xdist
+    controller, whose folder its workers inherited, or a run without workers)."""
+    if _RUN_XLA_CACHE is not None and not hasattr(config, "workerinput"):
+        shutil.rmtree(_RUN_XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

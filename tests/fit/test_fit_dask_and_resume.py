@@ -277,7 +277,7 @@ def test_torch_fit_follows_torch_optim(tmp_path):
                  in_process=True, out=tmp_path / "torch", plots=False, progress=False)
     problem = load_problem(EXAMPLE, backend="torch")
     for r, w0 in zip(result.starts, draw_starts(problem, 1, 2, None)):
-        module = problem.model(problem.plan.unpack(w0))
+        module = problem.model(problem.plan.unpack(w0), compile=False)
         module.train()
         opt = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=0.02)
         trace = []

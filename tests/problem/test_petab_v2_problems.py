@@ -297,7 +297,8 @@ def test_bachmann_implicit_solver_gives_the_reference_llh():
     """kvaerno5 in JAX with the experiments split over devices evaluates (no lineax
     structure error) and matches the reference to 1e-3."""
     path = BENCHMARK / "Bachmann_MSB2011" / "Bachmann_MSB2011.yaml"
-    ev = load_problem(path, backend="jax").simulator(solver="kvaerno5").evaluate()
+    # the value alone: the structure error came from the sharded forward solve
+    ev = load_problem(path, backend="jax").simulator(solver="kvaerno5").evaluate(grad=False)
     assert ev.ok
     assert abs(ev.llh - _reference("Bachmann_MSB2011")) <= 1e-3
 

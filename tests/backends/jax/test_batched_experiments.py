@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.simulation.test_official_suite import CASES, _evaluate, _id
+from tests.simulation.test_official_suite import CASES, _id
 from tests.support.suite import requires_suite
 
 pytest.importorskip("libsbml")
@@ -50,16 +50,20 @@ def _agree(batched, unbatched) -> None:
 @pytest.mark.parametrize("case_path", CASES, ids=_id)
 @pytest.mark.slow
 def test_suite_case_batched_equals_unbatched(case_path):
-    from petab_sciml.testcases import evaluate_problem_case
+    from petab_sciml.problem import load_problem
+    from petab_sciml.testcases import evaluate_problem_case, load_problem_case
 
-    case, sim, _ = _evaluate(case_path, "jax")
+    case = load_problem_case(case_path)
+    # the gradient method the default picks (not evaluated: only the choice is needed)
+    sensitivity = load_problem(case.problem, backend="jax").simulator(
+        cache=False).executor.sensitivity
     # batch_experiments=True: one vmap even where the default solves small batches of
     # reverse mode one after another
     bsim, batched = evaluate_problem_case(case, "jax", batch_experiments=True,
-                                          sensitivity=sim.executor.sensitivity)
+                                          sensitivity=sensitivity)
     assert bsim.executor.batched
     _, unbatched = evaluate_problem_case(case, "jax", batch_experiments=False,
-                                         sensitivity=sim.executor.sensitivity)
+                                         sensitivity=sensitivity)
     _agree(batched, unbatched)
 
 

@@ -105,11 +105,16 @@ def test_xla_cache_is_opt_in(tmp_path, monkeypatch):
     import jax
 
     monkeypatch.delenv("PETAB_SCIML_XLA_CACHE", raising=False)
-    if jax.config.jax_compilation_cache_dir:
-        pytest.skip("this process configured an XLA cache already")
-    problem = make_problem(tmp_path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        _objective(problem, cache_dir=tmp_path / "cache")
-    assert not jax.config.jax_compilation_cache_dir
+    # the test run configures a cache of its own (tests/conftest.py): this process looks
+    # unconfigured while the objective is made and evaluated
+    configured = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        problem = make_problem(tmp_path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            _objective(problem, cache_dir=tmp_path / "cache")
+        assert not jax.config.jax_compilation_cache_dir
+    finally:
+        jax.config.update("jax_compilation_cache_dir", configured)
     assert not (tmp_path / "cache" / "xla").exists()
