@@ -60,7 +60,7 @@ def _handlers_replaced(signums, handler, *, keep_ignored: bool = True) -> Iterat
 
 
 REDELIVER_AFTER_S = 0.05
-"""Delay (seconds) before a dropped :class:`FitSignalled` is raised again."""
+"""Delay (seconds) before a dropped interrupt is raised again."""
 _ACTIVE: list[int] | None = None
 """The signals received within the innermost :func:`stop_signals_interrupt` block (the
 first only), or None outside every block."""
@@ -76,9 +76,9 @@ def stop_signals_interrupt() -> Iterator[None]:
     finalisers included, and an exception raised there is printed ("Exception ignored
     in ...") and dropped.  A fit whose stop signal met that fate would train on with the
     signal ignored (torch's compiler runs such callbacks often).  So a dropped
-    :class:`FitSignalled` is raised again (``sys.unraisablehook``), and the training
-    loops raise it at their next step (:func:`raise_if_stop_received`) should library
-    code have swallowed it."""
+    :class:`FitSignalled`, or a dropped Ctrl-C ``KeyboardInterrupt``, is raised again
+    (``sys.unraisablehook``), and the training loops raise a stop signal's at their next
+    step (:func:`raise_if_stop_received`) should library code have swallowed it."""
     received: list[int] = []
     redeliver: list[bool] = []
 
@@ -93,18 +93,22 @@ def stop_signals_interrupt() -> Iterator[None]:
     previous_hook = sys.unraisablehook
 
     def unraisable(info) -> None:
-        if isinstance(info.exc_value, FitSignalled) and received:
+        dropped = info.exc_value
+        if isinstance(dropped, FitSignalled) and received:
             redeliver.append(True)
-            # the handler (ours, or signals_deferred's) runs again in the main thread,
-            # from another thread and a moment later: run from here it would raise
-            # inside this hook, or inside the callback still running, and be dropped
-            # again (if it is all the same, this hook is called again)
-            timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main,
-                                    args=(received[0],))
-            timer.daemon = True
-            timer.start()
+            signum = received[0]
+        elif isinstance(dropped, KeyboardInterrupt) and not isinstance(dropped, FitSignalled):
+            signum = signal.SIGINT       # Ctrl-C, dropped the same way
+        else:
+            previous_hook(info)
             return
-        previous_hook(info)
+        # the handler (ours, Python's Ctrl-C handler, or signals_deferred's) runs again
+        # in the main thread, from another thread and a moment later: run from here it
+        # would raise inside this hook, or inside the callback still running, and be
+        # dropped again (if it is all the same, this hook is called again)
+        timer = threading.Timer(REDELIVER_AFTER_S, _thread.interrupt_main, args=(signum,))
+        timer.daemon = True
+        timer.start()
 
     if not _in_main_thread():
         yield

@@ -68,6 +68,22 @@ def test_a_stop_signal_handled_inside_a_weakref_callback_still_stops(signum):
     assert sys.unraisablehook is previous_hook
 
 
+def test_a_ctrl_c_handled_inside_a_weakref_callback_still_interrupts():
+    # Python's own Ctrl-C handler, as in the CLI (pytest-xdist's workers ignore SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    callback_finished: list = []
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt) as caught, stop_signals_interrupt():
+            _signal_inside_a_weakref_callback(signal.SIGINT, callback_finished)
+        waited = time.monotonic() - t0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert callback_finished == []
+    assert not isinstance(caught.value, FitSignalled)
+    assert waited < 2.0
+
+
 def test_other_dropped_exceptions_still_reach_the_previous_hook():
     dropped = []
     previous_hook = sys.unraisablehook
