@@ -77,6 +77,10 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
     if as_json:
         click.echo(json.dumps({
             "best": result.best.start, "objectives": result.objectives.tolist(),
+            "parameters": {k: v.tolist() for k, v in result.parameters().items()},
+            "starts": [{"start": r.start, "objective": r.value, "steps": r.steps,
+                        "seconds": r.seconds, "ok": r.ok}
+                       for r in sorted(result.starts, key=lambda r: r.start)],
             "files": {k: str(v) for k, v in result.files.items()},
             "seconds": result.settings.get("seconds")}, indent=2))
         return

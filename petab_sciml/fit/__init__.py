@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from petab_sciml.errors import PetabSciMLError
-from petab_sciml.fit.results import FitResult, summary_table
+from petab_sciml.fit.results import FitResult, parameter_layout, summary_table
 from petab_sciml.fit.task import OPTIMIZERS, FitTask
 
 __all__ = ["FitError", "FitResult", "fit"]
@@ -121,7 +121,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                     dask_client.close()
                     cluster.close()
     settings["seconds"] = time.perf_counter() - t0
-    result = FitResult(sorted(results, key=lambda r: r.start), settings, plan.mech_ids, out)
+    result = FitResult(sorted(results, key=lambda r: r.start), settings, plan.mech_ids, out,
+                       layout=parameter_layout(plan))
     if out is not None:
         _write_outputs(problem, simulator, result, out, plots)
     return result

@@ -64,9 +64,16 @@ def _start(g: Any, key: str, path: Path) -> StartResult:
              for k in optimizer}
     attrs = {k: _attribute(g, k, path, where) for k in START_ATTRIBUTES}
     stopped_at = _attribute(g, "stopped_at", path, where) if "stopped_at" in g.attrs else 0
+    named = {}
+    if "parameters" in g:       # absent in files written before names were stored
+        group = _group(g, "parameters", path, f"{where}/parameters")
+        _count(group, path, f"{where}/parameters")
+        named = {k: np.asarray(_dataset(group, k, path, f"{where}/parameters/{k}"),
+                               dtype=np.float64) for k in group}
     return StartResult(int(key), values["trace"], float(values["objective"]), values["w"],
                        values["mech"], state, bool(attrs["ok"]), int(attrs["steps"]),
-                       float(attrs["seconds"]), bool(attrs["interrupted"]), int(stopped_at))
+                       float(attrs["seconds"]), bool(attrs["interrupted"]), int(stopped_at),
+                       named)
 
 
 def _link(parent: Any, name: str, path: Path, entry: str) -> Any:

@@ -65,6 +65,9 @@ class StartResult:
     """The step (1-based) whose loss was not finite (the ODE solve failed, or it
     overflowed): training of the start ended there and its values are those of the step
     before; 0 if it never happened."""
+    parameters: dict[str, np.ndarray] = field(default_factory=dict)
+    """The final values by name (:func:`petab_sciml.fit.results.parameter_layout`):
+    filled by :class:`~petab_sciml.fit.results.FitResult`."""
 
 
 @dataclass

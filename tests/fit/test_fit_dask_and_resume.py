@@ -126,6 +126,13 @@ def test_in_process_local_cluster_and_scheduler_agree(in_process, tmp_path, jax_
         assert run.exit_code == 0, run.output
     summary = json.loads(run.stdout)
     np.testing.assert_allclose(summary["objectives"], in_process.objectives, rtol=1e-10)
+    saved = _saved_values(in_process.files["best"])
+    assert set(summary["parameters"]) == set(saved)
+    for name, value in saved.items():
+        np.testing.assert_allclose(summary["parameters"][name], value, rtol=1e-10,
+                                   err_msg=name)
+    assert [s["start"] for s in summary["starts"]] == [0, 1, 2, 3]
+    assert all(s["seconds"] > 0 and s["steps"] == COMMON["steps"] for s in summary["starts"])
     _assert_same(in_process, FitResult.load(tmp_path / "dask" / "results.h5"))
 
 
@@ -225,6 +232,13 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         for name in a.optimizer_state:
             np.testing.assert_array_equal(a.optimizer_state[name], b.optimizer_state[name])
 
+    _assert_named_as_saved(files["results"], best_yaml, in_process.best.start)
+    saved = _saved_values(best_yaml)
+    for named in (loaded.parameters(), in_process.parameters()):   # read back, in memory
+        assert set(named) == set(saved)
+        for name, value in saved.items():
+            np.testing.assert_array_equal(named[name], value, err_msg=name)
+
     # waterfall: K points, the sorted final objectives relative to the best (+1, log axis)
     fig = plots.waterfall(in_process)
     (ax,) = fig.axes
@@ -266,6 +280,55 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         assert files[name].stat().st_size > 1000
 
 
+def _saved_values(problem_yaml: Path) -> dict[str, np.ndarray]:
+    """What ``problem.save`` wrote, by name, read with h5py and csv alone: estimated
+    mechanistic parameters' nominal values, and every array of the trained parameters
+    file as ``net.parameters[layer].array``."""
+    import csv
+
+    import h5py
+    import yaml
+
+    config = yaml.safe_load(problem_yaml.read_text())
+    values = {}
+    for table in config["parameter_files"]:
+        with open(problem_yaml.parent / table, newline="") as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                if row.get("estimate", "").lower() == "true" and row["nominalValue"] != "array":
+                    values[row["parameterId"]] = np.float64(row["nominalValue"])
+    with h5py.File(problem_yaml.parent / "parameters_trained.hdf5", "r") as h5:
+        for net, layers in h5["parameters"].items():
+            for layer, arrays in layers.items():
+                for array, data in arrays.items():
+                    values[f"{net}.parameters[{layer}].{array}"] = data[()]
+    return values
+
+
+def _assert_named_as_saved(results: Path, best_yaml: Path, best: int) -> None:
+    """``results.h5`` read by parameter name only (h5py, no code of ours) holds the
+    values ``problem.save`` wrote for the best start, per start and in the table."""
+    import h5py
+
+    saved = _saved_values(best_yaml)
+    with h5py.File(results, "r") as h5:
+        named = h5[f"starts/{best}/parameters"]
+        assert set(named) == set(saved)
+        for name, value in saved.items():
+            np.testing.assert_array_equal(named[name][()], value, err_msg=name)
+        table = h5["parameters"]
+        ids = [str(x) for x in table.attrs["ids"]]
+        column = list(table.attrs["starts"]).index(best)
+        rows = dict(zip(ids, table["table"][:, column]))
+        assert len(rows) == sum(np.size(v) for v in saved.values())
+        for name, value in saved.items():
+            if np.ndim(value) == 0:
+                assert rows[name] == value, name
+            else:
+                for index in np.ndindex(*np.shape(value)):
+                    key = f"{name}[{', '.join(map(str, index))}]"
+                    assert rows[key] == value[index], key
+
+
 @pytest.mark.slow
 def test_torch_fit_follows_torch_optim(tmp_path):
     pytest.importorskip("torch")
@@ -290,6 +353,9 @@ def test_torch_fit_follows_torch_optim(tmp_path):
             trace.append(loss.item())
         np.testing.assert_allclose(r.trace, trace, rtol=1e-10)
         np.testing.assert_allclose(r.w, problem.plan.pack(module.values()), rtol=1e-10)
+    # by name, as the JAX fit writes them (test_outputs_best_problem_results_file_and_plots)
+    best_yaml = problem.save(problem.plan.unpack(result.best.w), tmp_path / "best")
+    _assert_named_as_saved(tmp_path / "torch" / "results.h5", best_yaml, result.best.start)
 
 
 def test_settings_are_checked(tmp_path):
