@@ -30,6 +30,7 @@ from petab_sciml.errors import NetworkError, require
 from petab_sciml.plugins import NetworkFormat
 
 from .onnx_export import MIN_EXPORT_OPSET as EXPORT_OPSET
+from .onnx_export import NETWORK_ID_KEY
 from .onnx_import import SUPPORTED_OPS, NameEntry, OnnxImport, import_model
 
 
@@ -64,15 +65,20 @@ def import_onnx(src: str | os.PathLike | bytes | Any, *, net_id: str | None = No
     Returns an :class:`OnnxImport` with the network, its parameters
     ``{group: {array: ndarray}}`` (PyTorch layout), the initializer name map and the
     warnings (weights fused at export, shared initializers).  ``net_id`` (the network id)
-    defaults to the file name (or the graph name).  Raises :class:`~petab_sciml.errors.NetworkError`
-    naming the op type, node, opset and the supported ops for anything unsupported.
+    defaults to the id the model records (``petab_sciml.network_id`` in its metadata, as
+    our export writes it), else the file name, else the graph name.  Raises
+    :class:`~petab_sciml.errors.NetworkError` naming the op type, node, opset and the
+    supported ops for anything unsupported.
     """
     source = None if isinstance(src, (bytes, bytearray)) or not isinstance(
         src, (str, os.PathLike)) else str(src)
     model = _load(src, source)
-    if net_id is None and source is not None:
-        from .onnx_import import _sanitize
+    from .onnx_import import _sanitize
 
+    recorded = {p.key: p.value for p in model.metadata_props}.get(NETWORK_ID_KEY)
+    if net_id is None and recorded:
+        net_id = _sanitize(recorded, "net_")
+    if net_id is None and source is not None:
         net_id = _sanitize(Path(source).stem, "net_")
     return import_model(model, source=source, network_id=net_id)
 

@@ -56,6 +56,9 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
                    "nothing and name each node that has no portable form.")
 @click.option("--show-names", is_flag=True,
               help="Print where each ONNX initializer went (ONNX sources).")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
+              help="Float type of the output, for formats that store one (ONNX; default "
+                   "float32, with a warning when float64 parameters change).")
 @click.option("--force", is_flag=True,
               help="Replace an existing OUT (and update an existing --params array file: "
                    "only parameters/<net> is replaced, its other groups are kept).")
@@ -66,7 +69,8 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
 def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
             src_format: str | None, dst_format: str | None, net_id: str | None,
             input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
-            portable: bool, force: bool, confine: bool, limits: dict[str, int]) -> None:
+            portable: bool, dtype: str | None, force: bool, confine: bool,
+            limits: dict[str, int]) -> None:
     """Convert the network file IN to OUT (YAML, ONNX, ...; formats by extension).
 
     OUT must not be IN, nor exist unless --force; it is written to a temporary path
@@ -77,13 +81,14 @@ def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
 
     with use_limits(**limits):
         _convert(src, dst, params, params_in, src_format, dst_format, net_id, input_shapes,
-                 trust_code, show_names, portable, force, confine)
+                 trust_code, show_names, portable, force, confine, dtype)
 
 
 def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
              src_format: str | None, dst_format: str | None, net_id: str | None,
              input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
-             portable: bool, force: bool, confine: bool = False) -> None:
+             portable: bool, force: bool, confine: bool = False,
+             dtype: str | None = None) -> None:
     from petab_sciml.convert import carries_parameters
     from petab_sciml.convert import convert as run_convert
     from petab_sciml.plugins import format_for_path
@@ -107,7 +112,8 @@ def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
         result = run_convert(src, dst, src_format=src_format, dst_format=dst_format,
                              params_out=params_out, params_in=params_in,
                              trust_code=trust_code, net_id=net_id, input_shapes=shapes,
-                             portable=portable, force=force, confine=confine)
+                             portable=portable, force=force, confine=confine,
+                             dtype=dtype)
         if show_names and result.src_format == "onnx":
             from petab_sciml.formats.onnx import import_onnx
 

@@ -76,6 +76,27 @@ def writes_folder(fmt: NetworkFormat, path: str | os.PathLike) -> bool:
     return bool(fn(path)) if callable(fn) else False
 
 
+def _warn_narrowed(params: Mapping[str, Mapping[str, Any]] | None, dst: Path) -> None:
+    """Warn when float64 parameters change by being written as float32, naming the
+    largest change."""
+    import numpy as np
+
+    worst, where = 0.0, ""
+    for group, arrays in (params or {}).items():
+        for name, value in arrays.items():
+            a = np.asarray(value)
+            if a.dtype != np.float64 or a.size == 0:
+                continue
+            change = float(np.max(np.abs(a.astype(np.float32).astype(np.float64) - a)))
+            if change > worst:
+                worst, where = change, f"{group}.{name}"
+    if worst > 0:
+        warnings.warn(f"{dst.name}: float64 parameters written as float32 (largest change "
+                      f"{worst:.3g}, in {where}); pass dtype='float64' (--dtype float64) to "
+                      "keep them (onnxruntime lacks float64 kernels for some ops, e.g. "
+                      "Softplus)", stacklevel=3)
+
+
 def convert(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -90,6 +111,7 @@ def convert(
     portable: bool = False,
     force: bool = False,
     confine: bool = False,
+    dtype: str | None = None,
 ) -> ConvertResult:
     """Convert the network file ``src`` to ``dst``.
 
@@ -110,6 +132,10 @@ def convert(
     ``src``, ``params_in`` or each other, must not be special files or symlinks, and must
     not exist unless ``force``.  An existing ``params_out`` array file is updated: only
     ``parameters/<net_id>`` is replaced, its other groups are kept.
+
+    ``dtype`` (``float32`` or ``float64``) is the float type of writers that take one
+    (ONNX); default float32, with a warning giving the largest change when float64
+    parameters are narrowed.
 
     With ``confine`` the inputs (``src``, every file read through it, ``params_in``)
     must lie in ``src``'s folder once symlinks are resolved; one outside is refused
@@ -184,6 +210,13 @@ def convert(
             kwargs["input_shapes"] = dict(input_shapes)
         if _accepts(fout.write, "overwrite"):
             kwargs["overwrite"] = force
+        if _accepts(fout.write, "dtype"):
+            kwargs["dtype"] = dtype or "float32"
+            if kwargs["dtype"] == "float32":
+                _warn_narrowed(params, dst)
+        elif dtype is not None:
+            raise PetabSciMLError(f"the {fout.name} format takes no dtype; leave it out",
+                                  file=dst)
         if params_out is not None and not params:
             raise PetabSciMLError(
                 f"no parameters to write: the {fin.name} format carries no weights; pass "

@@ -52,7 +52,7 @@ from . import (  # noqa: F401 - importing a family module registers its exporter
     reduce,
     reshape,
 )
-from .exporter import export, required_opset
+from .exporter import NETWORK_ID_KEY, export, required_opset
 from .registry import MIN_EXPORT_OPSET
 
 
@@ -80,4 +80,4 @@ def export_model(network: Network, params: Mapping[str, Mapping[str, Any]] | Non
     return export(network, params, input_shapes, int(opset), dtype)
 
 
-__all__ = ["export_model", "default_parameters", "MIN_EXPORT_OPSET"]
+__all__ = ["export_model", "default_parameters", "MIN_EXPORT_OPSET", "NETWORK_ID_KEY"]

@@ -19,6 +19,9 @@ from ..onnx_import.importer import META_LAYER, META_LAYER_TYPE
 from .registry import FUNCTION_OPSETS, FUNCTIONS, LAYER_OPSETS, LAYERS, MIN_EXPORT_OPSET
 
 INT64_MAX = 2**63 - 1
+NETWORK_ID_KEY = "petab_sciml.network_id"
+"""The model metadata entry that holds the exported network's id."""
+
 _DTYPES = {"float32": (np.float32, 1), "float64": (np.float64, 11)}
 COMPARE_OPS = {"gt": "Greater", "lt": "Less", "ge": "GreaterOrEqual", "le": "LessOrEqual",
                "eq": "Equal"}
@@ -295,6 +298,9 @@ class _Exporter:
                                   list(self.inits.values()))
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                                   producer_name="petab-sciml-toolkit")
+        # the network id, which an import gives back (the graph name may be changed by
+        # other tools; the file name is the user's)
+        helper.set_model_props(model, {NETWORK_ID_KEY: network.id})
         model.ir_version = min(model.ir_version, _max_ir_version(self.opset))
         try:
             model = self.onnx.shape_inference.infer_shapes(model, data_prop=True)

@@ -157,3 +157,63 @@ def test_every_catalogue_layer_and_function_has_one_exporter():
     layers = {t for t, spec in LAYERS.items() if spec.function is None}
     assert layers <= set(registry.LAYERS.handlers)
     assert set(FUNCTIONS) <= set(registry.FUNCTIONS.handlers)
+
+
+def test_convert_round_trip_keeps_the_network_id_and_float64(tmp_path: Path):
+    """``petab-sciml convert`` of the bundled network to ONNX and back: the id comes back
+    (not the file name); float64 parameters that float32 cannot hold are either narrowed
+    with a warning giving the largest change (the default: the model runs in
+    onnxruntime) or, with ``--dtype float64``, kept bit for bit."""
+    import torch
+    from click.testing import CliRunner
+
+    from petab_sciml.arrays import save_parameters
+    from petab_sciml.cli import main
+
+    example = REPO / "examples" / "lotka_volterra_ude"
+    network = read_yaml(example / "net1.yaml")
+    rng = np.random.default_rng(0)
+    trained = {layer: {name: value + rng.normal(size=value.shape) * 1e-3
+                       for name, value in arrays.items()}
+               for layer, arrays in load_parameters(example / "net1_ps.hdf5", network,
+                                                    strict=False).items()}
+    params_file = tmp_path / "trained_ps.hdf5"
+    save_parameters(params_file, network, trained)
+    change = max(float(np.max(np.abs(v.astype(np.float32) - v)))
+                 for arrays in trained.values() for v in arrays.values())
+    x = rng.normal(size=(5, 2))
+    module = TORCH.build(network, dtype="float64")
+    TORCH.set_parameters(module, trained)
+    with torch.no_grad():
+        (ref,) = TORCH.forward(module, [x])
+
+    def convert(*args):
+        run = CliRunner().invoke(main, ["convert", *map(str, args)])
+        assert run.exit_code == 0, run.output
+        return run.output
+
+    for dtype in ("float32", "float64"):
+        onnx_file = tmp_path / f"trained_{dtype}.onnx"
+        extra = [] if dtype == "float32" else ["--dtype", "float64"]
+        output = convert(example / "net1.yaml", onnx_file, "--params-in", params_file, *extra)
+        narrowed = "float64 parameters written as float32 (largest change"
+        assert (narrowed in output) == (dtype == "float32")
+        if dtype == "float32":
+            assert f"largest change {change:.3g}," in output
+        back_yaml, back_params = tmp_path / f"back_{dtype}.yaml", tmp_path / f"back_{dtype}.h5"
+        convert(onnx_file, back_yaml, "--params", back_params)
+        back = read_yaml(back_yaml)
+        assert back.id == network.id == "net1"
+        returned = load_parameters(back_params, back, strict=False)
+        for layer, arrays in trained.items():
+            for name, value in arrays.items():
+                want = value if dtype == "float64" else value.astype(np.float32)
+                np.testing.assert_array_equal(returned[layer][name], want)
+        model = onnx.load(onnx_file)
+        elem = onnx.TensorProto.DOUBLE if dtype == "float64" else onnx.TensorProto.FLOAT
+        assert {init.data_type for init in model.graph.initializer} == {elem}
+        if dtype == "float32":
+            sess = ort.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+            (got,) = sess.run(None, {sess.get_inputs()[0].name: x.astype(np.float32)})
+            np.testing.assert_allclose(got, np.asarray(ref), rtol=1e-5, atol=1e-5)
