@@ -1,4 +1,5 @@
-"""Dropout -> a Dropout layer (an identity at inference)."""
+"""Dropout -> a Dropout layer (an identity at inference), or the identity itself for
+another tool's inference-mode Dropout (no ``training_mode`` input, or a constant false)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,16 @@ def _dropout(im: _Importer, node: Any, ins: list) -> None:
     else:
         ratio = im.static(node, 1, "ratio", np.array(0.5))
         p = float(np.asarray(ratio).reshape(()))
-    layer_type = im._meta(node).get(META_LAYER_TYPE, "Dropout")
+    recorded = im._meta(node).get(META_LAYER_TYPE)
+    if recorded is None:
+        # before opset 12 an ONNX Dropout has no training mode (runtimes run inference)
+        training = (im.static(node, 2, "training_mode", np.array(False))
+                    if im.opset >= 12 else np.array(False))
+        if not bool(np.asarray(training).reshape(())):
+            # what the model computes everywhere: no layer that would drop in training
+            im.alias(node, 0, ins[0])
+            return
+    layer_type = recorded or "Dropout"
     if layer_type not in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"):
         layer_type = "Dropout"
     ref = im.add_layer(node, layer_type, {"p": _f32(p)}, {}, [im.tensor(ins[0], node)])

@@ -480,3 +480,36 @@ def test_dynamic_shapes_pad_and_flip():
     result = compare_with_onnxruntime(model, rand(3, 5))
     assert _functions(result) == ["flip", "getitem", "pad"]
     compare_with_onnxruntime(model, rand(2, 7))
+
+
+@pytest.mark.parametrize("opset,training", [(17, None), (17, False), (17, True), (11, None)])
+def test_foreign_inference_dropout_is_the_identity(opset, training):
+    """Another tool's inference-mode Dropout (no training_mode, a false one, or an opset
+    without it) computes the identity, in training too; a constant true training mode
+    imports as a Dropout layer.  Our own export's Dropout layers come back as layers
+    (``test_onnx_export.py``, ROUND_TRIP)."""
+    inputs = ["h"] if opset < 12 else ["h", "ratio"] + (["mode"] if training is not None
+                                                        else [])
+    inits = {"fc.weight": rand(3, 4), "fc.bias": rand(3)}
+    if opset >= 12:
+        inits["ratio"] = np.array(0.5, np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"], transB=1),
+             helper.make_node("Dropout", inputs, ["y"])]
+    if training is not None:
+        nodes.insert(0, helper.make_node("Constant", [], ["mode"], value=helper.make_tensor(
+            "mode", TensorProto.BOOL, [], [training])))
+    model = make_model(nodes, [("x", [5, 4])], ["y"], inits, opset=opset)
+    x = rand(5, 4)
+    result = import_onnx(model.SerializeToString(), net_id="net")
+    types = [layer.type for layer in result.network.layers.values()]
+    torch_model = TORCH.build(result.network)
+    TORCH.set_parameters(torch_model, result.parameters)
+    (trained,) = TORCH.forward(torch_model, [x], train=True, seed=0)
+    if training:
+        assert types == ["Linear", "Dropout"]
+        assert np.count_nonzero(trained == 0) > 0          # drops in training
+        return
+    assert types == ["Linear"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(trained, expected, rtol=1e-6, atol=1e-6)
