@@ -37,10 +37,13 @@ from petab_sciml.fit.task import OPTIMIZERS
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--trust-code", is_flag=True, help="Load networks whose format runs code.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result summary as JSON.")
+@click.option("--progress-every", type=float, default=10.0, show_default=True,
+              metavar="SECONDS", help="Without a terminal: a progress line per start at "
+              "least this often (and at every tenth of the steps).")
 def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, starts: int,
         seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
-        trust_code: bool, as_json: bool) -> None:
+        trust_code: bool, as_json: bool, progress_every: float) -> None:
     """Train PROBLEM from several starts and write the best one as a PEtab problem.
 
     Ctrl-C, SIGTERM and SIGHUP stop every start at its next step, write checkpoints and
@@ -60,7 +63,8 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
                          starts=starts, seed=seed, out=out, scheduler=scheduler,
                          in_process=in_process, n_workers=workers, batch=batch, resume=resume,
                          force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
-                         trust_code=trust_code, progress=not as_json, console=err)
+                         trust_code=trust_code, progress=not as_json, console=err,
+                         progress_every_s=progress_every)
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "
                   f"continue with the same command and --resume[/yellow]")

@@ -40,13 +40,19 @@ SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options")
 """Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
 
 
+PLAIN_PROGRESS_EVERY_S = 10.0
+"""Without a terminal, a start's progress line is printed at least this often (seconds),
+and at every tenth of its steps."""
+
+
 def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         lr: float = 1e-2, steps: int = 1000, starts: int = 4, seed: int = 0,
         out: str | os.PathLike | None = None, client: Any = None,
         scheduler: str | None = None, in_process: bool = False, batch: int | None = None,
         n_workers: int | None = None, resume: bool = False, force: bool = False,
         checkpoint_every: int = 50, plots: bool = True, progress: bool = True,
-        trust_code: bool = False, console: Any = None, **options: Any) -> FitResult:
+        trust_code: bool = False, console: Any = None,
+        progress_every_s: float = PLAIN_PROGRESS_EVERY_S, **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
 
@@ -56,7 +62,9 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     ``client`` / ``scheduler`` / ``n_workers``: where tasks run (see :mod:`.engine`);
     ``out``: the output folder (refused if it holds another fit, unless ``force``);
     ``resume``: continue the fit in ``out`` from its checkpoints, with the same settings;
-    ``options``: the backend's simulation options.
+    ``progress``: show every start's loss (a live table on a terminal; elsewhere a
+    plain line per start every ``progress_every_s`` seconds and every tenth of the
+    steps); ``options``: the backend's simulation options.
     """
     from petab_sciml.problem import load_problem
 
@@ -100,7 +108,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
 
     _check_resume(backend, tasks)
     _write_record(out, settings)
-    display = _Progress(starts, steps, console, enabled=progress)
+    display = _Progress(starts, steps, console, enabled=progress, every_s=progress_every_s)
     local = in_process or starts == 1
     t0 = time.perf_counter()
     from petab_sciml.fit.signals import stop_signals_interrupt
@@ -216,16 +224,24 @@ def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
 
 
 class _Progress:
-    """A rich table of every start's loss, steps per second and time left."""
+    """Every start's loss, steps per second and time left: a live rich table on a
+    terminal; elsewhere (a log file, CI, a notebook) one plain line per start every
+    :data:`PLAIN_PROGRESS_EVERY_S` seconds and at every tenth of the steps.  The loss
+    shown is the training loss before each step; the summary's objective is evaluated
+    at the final values (eval mode), and the last line says so."""
 
-    def __init__(self, starts: int, steps: int, console: Any, enabled: bool = True):
+    def __init__(self, starts: int, steps: int, console: Any, enabled: bool = True,
+                 every_s: float = PLAIN_PROGRESS_EVERY_S):
         self.steps, self.console, self.enabled = steps, console, enabled and steps > 0
-        self.state = {k: {"step": 0, "loss": math.nan, "t0": None, "t": None, "s0": 0}
+        self.every_s = every_s
+        self.state = {k: {"step": 0, "loss": math.nan, "t0": None, "t": None, "s0": 0,
+                          "printed_t": None, "printed_tenth": 0}
                       for k in range(starts)}
         self.live = None
+        self.plain = self.enabled and not getattr(console, "is_terminal", False)
 
     def __enter__(self):
-        if self.enabled:
+        if self.enabled and not self.plain:
             from rich.live import Live
 
             self.live = Live(self._table(), console=self.console, refresh_per_second=4,
@@ -237,16 +253,38 @@ class _Progress:
         if self.live is not None:
             self.live.update(self._table())
             self.live.__exit__(*exc)
+        if self.enabled:
+            self.console.print("loss: the training loss before each step; the objective "
+                               "below is evaluated at the final values (eval mode)\n",
+                               soft_wrap=True)
 
     def update(self, starts: list[int], step: int, losses: np.ndarray) -> None:
         now = time.perf_counter()
         for k, loss in zip(starts, np.asarray(losses).reshape(-1)):
             s = self.state[k]
             if s["t0"] is None:
-                s["t0"], s["s0"] = now, step
+                s["t0"], s["s0"], s["printed_t"] = now, step, now
             s.update(step=step, loss=float(loss), t=now)
+            if self.plain:
+                self._print_line(k, s, now)
         if self.live is not None:
             self.live.update(self._table())
+
+    def _print_line(self, k: int, s: dict, now: float) -> None:
+        tenth = (10 * s["step"]) // self.steps
+        if tenth <= s["printed_tenth"] and now - s["printed_t"] < self.every_s:
+            return
+        s["printed_t"], s["printed_tenth"] = now, max(tenth, s["printed_tenth"])
+        rate, left = self._pace(s)
+        pace = f", {rate} steps/s, {left} left" if rate else ""
+        self.console.print(f"start {k}: step {s['step']}/{self.steps}, loss "
+                           f"{s['loss']:.6g}{pace}", highlight=False, soft_wrap=True)
+
+    def _pace(self, s: dict) -> tuple[str, str]:
+        if s["t0"] is not None and s["t"] > s["t0"] and s["step"] > s["s0"]:
+            r = (s["step"] - s["s0"]) / (s["t"] - s["t0"])
+            return f"{r:.1f}", f"{(self.steps - s['step']) / r:.0f} s"
+        return "", ""
 
     def _table(self):
         from rich.table import Table
@@ -255,10 +293,7 @@ class _Progress:
         for name in ("start", "step", "loss", "steps/s", "time left"):
             table.add_column(name, justify="right")
         for k, s in self.state.items():
-            rate = left = ""
-            if s["t0"] is not None and s["t"] > s["t0"] and s["step"] > s["s0"]:
-                r = (s["step"] - s["s0"]) / (s["t"] - s["t0"])
-                rate, left = f"{r:.1f}", f"{(self.steps - s['step']) / r:.0f} s"
+            rate, left = self._pace(s)
             table.add_row(str(k), f"{s['step']}/{self.steps}", f"{s['loss']:.6g}", rate, left)
         return table
 
