@@ -2,10 +2,12 @@
 
 * :func:`waterfall`: the final objectives of all starts, sorted, relative to the best
   (one point per start; failed starts drawn at the top edge with another marker);
-* :func:`loss_curves`: every start's loss against the step;
-* :func:`fits`: for every experiment, one panel per observable measured in it: the
+* :func:`loss_curves`: every start's loss against the step, as offsets to the lowest
+  loss on a log axis, the best start highlighted;
+* :func:`fits`: for every experiment, one column per observable measured in it: the
   measurements, the simulation at the best start, and the noise model's band (mean +- one
-  sigma; on the transformed scale for log-transformed observables).
+  sigma; on the transformed scale for log-transformed observables), with the residuals
+  below.
 """
 
 from __future__ import annotations
@@ -59,17 +61,30 @@ def waterfall(result: Any, path: str | os.PathLike | None = None):
 
 
 def loss_curves(result: Any, path: str | os.PathLike | None = None):
-    """Loss against step for every start."""
+    """Loss against step for every start, as offsets to the lowest loss of the fit
+    (``loss - lowest + 1``, log axis: the lowest sits at 1, every decade above it is a
+    tenfold larger gap); the best start (lowest final objective) is drawn last, thick and
+    labelled, the others thin.  Non-finite losses are left out."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for r in sorted(result.starts, key=lambda r: r.start):
-        trace = np.asarray(r.trace, float)
-        ax.plot(np.arange(1, trace.size + 1), trace, label=f"start {r.start}")
+    traces = {r.start: np.asarray(r.trace, float) for r in result.starts}
+    finite = [t[np.isfinite(t)] for t in traces.values()]
+    lowest = min((t.min() for t in finite if t.size), default=0.0)
+    best = result.best.start
+    for start in sorted(traces, key=lambda k: (k == best, k)):
+        trace = traces[start]
+        steps = np.arange(1, trace.size + 1)
+        keep = np.isfinite(trace)
+        is_best = start == best
+        ax.plot(steps[keep], trace[keep] - lowest + 1.0,
+                label=f"start {start}" + (" (best)" if is_best else ""),
+                linewidth=2.2 if is_best else 0.9, alpha=1.0 if is_best else 0.6,
+                color="C3" if is_best else None, zorder=3 if is_best else 2)
+    ax.set_yscale("log")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (negative log-posterior)")
-    ax.set_yscale("symlog")
-    ax.set_title("loss curves")
-    if len(result.starts) <= 10:
+    ax.set_ylabel("loss - lowest + 1")
+    ax.set_title(f"loss curves (negative log-posterior; lowest {lowest:.6g})")
+    if len(traces) <= 10:
         ax.legend(fontsize="small")
     fig.tight_layout()
     _save(fig, path)
@@ -78,8 +93,11 @@ def loss_curves(result: Any, path: str | os.PathLike | None = None):
 
 def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
          ) -> dict[str, Any]:
-    """One figure per experiment (``fit_<experiment>.png``): measurements, simulations
-    and the noise band of ``evaluation`` (a ``Simulator.evaluate`` result)."""
+    """One figure per experiment (``fit_<experiment>.png``), one column per observable
+    measured in it: on top the measurements, the simulation and the noise band of
+    ``evaluation`` (a ``Simulator.evaluate`` result); below, the residuals (measurement -
+    simulation on the observable's transformed scale, divided by the noise standard
+    deviation when there is one) with the +-1 band."""
     plt = _pyplot()
     m = plan.measurements
     sims = np.asarray(evaluation.simulations, float)
@@ -91,9 +109,10 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
         observables = sorted(set(m.observable[in_exp].tolist()))
         if not observables:
             continue
-        fig, axes = plt.subplots(1, len(observables), figsize=(4.5 * len(observables), 3.6),
-                                 squeeze=False)
-        for ax, o in zip(axes[0], observables):
+        fig, axes = plt.subplots(2, len(observables), figsize=(4.5 * len(observables), 5.4),
+                                 squeeze=False, sharex="col",
+                                 gridspec_kw={"height_ratios": [3, 1.4]})
+        for ax, res_ax, o in zip(axes[0], axes[1], observables):
             idx = np.flatnonzero(in_exp & (m.observable == o))
             idx = idx[np.argsort(m.time[idx], kind="stable")]
             t, data, sim = m.time[idx], m.value[idx], sims[idx]
@@ -103,15 +122,34 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
                 lo, hi = _band(sim, sigma[idx], m.transform[idx])
                 ax.fill_between(t, lo, hi, color="C1", alpha=0.25, label="noise model (1 sd)")
             ax.set_title(f"{plan.observable_ids[o]} ({exp_id or 'no experiment'})")
-            ax.set_xlabel("time")
             ax.set_ylabel(plan.observable_ids[o])
             ax.legend(fontsize="small")
+            res = residuals(data, sim, None if sigma is None else sigma[idx],
+                            m.transform[idx])
+            res_ax.axhline(0.0, color="0.5", linewidth=0.8)
+            if sigma is not None:
+                res_ax.axhspan(-1.0, 1.0, color="C1", alpha=0.15)
+            res_ax.plot(t, res, "o", color="C0", markersize=4)
+            res_ax.set_xlabel("time")
+            res_ax.set_ylabel("residual / sd" if sigma is not None else "residual")
         fig.tight_layout()
         name = f"fit_{exp_id or 'default'}"
         if folder is not None:
             _save(fig, Path(folder) / f"{name}.png")
         figures[name] = fig
     return figures
+
+
+def residuals(data: np.ndarray, sim: np.ndarray, sigma: np.ndarray | None,
+              transform: np.ndarray) -> np.ndarray:
+    """``measurement - simulation`` on each measurement's transformed scale (lin, log,
+    log10: ``transform`` 0, 1, 2), divided by the noise parameter when ``sigma`` is
+    given (the standardized residual of a normal noise model)."""
+    data, sim = np.asarray(data, float), np.asarray(sim, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res = np.where(transform == 1, np.log(data) - np.log(sim), data - sim)
+        res = np.where(transform == 2, np.log10(data) - np.log10(sim), res)
+        return res if sigma is None else res / np.asarray(sigma, float)
 
 
 def _band(sim: np.ndarray, sigma: np.ndarray, transform: np.ndarray):

@@ -247,13 +247,20 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
     ranked = np.sort(in_process.objectives)
     np.testing.assert_allclose(ys, ranked - ranked[0] + 1.0, rtol=1e-12)
     plt.close(fig)
-    # loss curves: one line per start holding its trace
+    # loss curves: one line per start holding its trace as the offset to the lowest
+    # loss (+1, log axis); the best start drawn last, labelled and thickest
     fig = plots.loss_curves(in_process)
     (ax,) = fig.axes
     lines = ax.get_lines()
-    assert len(lines) == COMMON["starts"]
-    for line, r in zip(lines, in_process.starts):
-        np.testing.assert_array_equal(line.get_ydata(), r.trace)
+    assert len(lines) == COMMON["starts"] and ax.get_yscale() == "log"
+    lowest = min(r.trace.min() for r in in_process.starts)
+    by_label = {line.get_label(): line for line in lines}
+    for r in in_process.starts:
+        label = f"start {r.start}" + (" (best)" if r.start == in_process.best.start else "")
+        np.testing.assert_allclose(by_label[label].get_ydata(), r.trace - lowest + 1.0,
+                                   rtol=1e-15)
+    assert lines[-1].get_label() == f"start {in_process.best.start} (best)"
+    assert lines[-1].get_linewidth() > max(line.get_linewidth() for line in lines[:-1])
     plt.close(fig)
     # fits: one figure for the experiment, one panel per observable, each holding the
     # measurements, the simulation at the best start and a band of one noise sd
@@ -263,9 +270,9 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
     figures = plots.fits(plan, evaluation)
     assert list(figures) == ["fit_lv_experiment"]
     fig = figures["fit_lv_experiment"]
-    assert len(fig.axes) == 2
+    assert len(fig.axes) == 4          # a fit and a residual panel per observable
     m = plan.measurements
-    for ax, obs in zip(fig.axes, ("prey_obs", "predator_obs")):
+    for ax, res_ax, obs in zip(fig.axes[:2], fig.axes[2:], ("prey_obs", "predator_obs")):
         idx = np.flatnonzero(m.observable == plan.observable_ids.index(obs))
         idx = idx[np.argsort(m.time[idx])]
         data, sim = ax.get_lines()
@@ -275,6 +282,12 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         (band,) = ax.collections
         top = band.get_paths()[0].vertices[:, 1].max()
         assert top == pytest.approx((evaluation.simulations[idx] + 0.05).max(), rel=1e-9)
+        # residuals: (measurement - simulation) / sd, the example's noise sd being 0.05
+        (res,) = [line for line in res_ax.get_lines() if line.get_marker() == "o"]
+        np.testing.assert_array_equal(res.get_xdata(), m.time[idx])
+        np.testing.assert_allclose(res.get_ydata(),
+                                   (m.value[idx] - evaluation.simulations[idx]) / 0.05,
+                                   rtol=1e-12)
     plt.close(fig)
     for name in ("waterfall", "loss", "fit_lv_experiment"):
         assert files[name].stat().st_size > 1000
