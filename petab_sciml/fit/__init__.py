@@ -218,9 +218,34 @@ def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
             plt.close(draw(result, path))
             result.files[name] = path
         evaluation = simulator.evaluate(best.w, grad=False)
-        for name, fig in figures.fits(plan, evaluation, plot_dir).items():
+        dense = _dense_simulation(problem, simulator, best.w)
+        for name, fig in figures.fits(plan, evaluation, plot_dir, dense=dense).items():
             result.files[name] = plot_dir / f"{name}.png"
             plt.close(fig)
+
+
+def _dense_simulation(problem: Any, simulator: Any, w: np.ndarray) -> tuple[Any, Any] | None:
+    """``(plan, evaluation)`` of ``w`` on a dense time grid for the fit plots, or None
+    with a warning saying why the plots show the measurement times only."""
+    import warnings
+
+    from petab_sciml.simulation.dense import dense_plan
+    from petab_sciml.simulation.objective import Simulator
+    from petab_sciml.simulation.plan import SimulationError
+
+    try:
+        plan = dense_plan(problem.data, problem.plan)
+        evaluation = Simulator(plan, problem.backend_name,
+                               **simulator.options).evaluate(w, grad=False)
+    except SimulationError as exc:
+        warnings.warn(f"fit plots: no dense simulation ({exc}); the simulation is drawn "
+                      "at the measurement times", stacklevel=2)
+        return None
+    if not evaluation.ok:
+        warnings.warn(f"fit plots: the dense simulation failed ({evaluation.reason}); the "
+                      "simulation is drawn at the measurement times", stacklevel=2)
+        return None
+    return plan, evaluation
 
 
 class _Progress:

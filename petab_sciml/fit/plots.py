@@ -91,13 +91,16 @@ def loss_curves(result: Any, path: str | os.PathLike | None = None):
     return fig
 
 
-def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
-         ) -> dict[str, Any]:
+def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
+         dense: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """One figure per experiment (``fit_<experiment>.png``), one column per observable
     measured in it: on top the measurements, the simulation and the noise band of
     ``evaluation`` (a ``Simulator.evaluate`` result); below, the residuals (measurement -
     simulation on the observable's transformed scale, divided by the noise standard
-    deviation when there is one) with the +-1 band."""
+    deviation when there is one) with the +-1 band.  ``dense``: ``(plan, evaluation)``
+    of the same parameters on a dense time grid
+    (:func:`petab_sciml.simulation.dense.dense_plan`), drawn as the simulation curve;
+    without it the simulation is drawn at the measurement times."""
     plt = _pyplot()
     m = plan.measurements
     sims = np.asarray(evaluation.simulations, float)
@@ -117,7 +120,12 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
             idx = idx[np.argsort(m.time[idx], kind="stable")]
             t, data, sim = m.time[idx], m.value[idx], sims[idx]
             ax.plot(t, data, "o", color="C0", label="measurement")
-            ax.plot(t, sim, "-", color="C1", label="simulation")
+            curve = _dense_curve(dense, exp_id, plan.observable_ids[o])
+            if curve is None:
+                ax.plot(t, sim, "-", color="C1", label="simulation")
+            else:
+                ax.plot(*curve, "-", color="C1", label="simulation")
+                ax.plot(t, sim, ".", color="C1", markersize=5)
             if sigma is not None:
                 lo, hi = _band(sim, sigma[idx], m.transform[idx])
                 ax.fill_between(t, lo, hi, color="C1", alpha=0.25, label="noise model (1 sd)")
@@ -138,6 +146,22 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None
             _save(fig, Path(folder) / f"{name}.png")
         figures[name] = fig
     return figures
+
+
+def _dense_curve(dense: tuple[Any, Any] | None, exp_id: str, obs_id: str
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(times, values)`` of one observable of one experiment in a dense simulation."""
+    if dense is None:
+        return None
+    plan, evaluation = dense
+    m = plan.measurements
+    experiments = [e.id for e in plan.experiments]
+    if exp_id not in experiments or obs_id not in plan.observable_ids:
+        return None
+    idx = np.flatnonzero((m.experiment == experiments.index(exp_id))
+                         & (m.observable == plan.observable_ids.index(obs_id)))
+    idx = idx[np.argsort(m.time[idx], kind="stable")]
+    return m.time[idx], np.asarray(evaluation.simulations, float)[idx]
 
 
 def residuals(data: np.ndarray, sim: np.ndarray, sigma: np.ndarray | None,

@@ -83,6 +83,9 @@ class Simulator:
                                   f"{', '.join(backend_names())}")
         self.plan = plan
         self.backend = backend
+        self.options = dict(options)
+        """The executor's options, as given (a simulator of another plan with the same
+        settings: ``Simulator(plan, backend, **simulator.options)``)."""
         self.executor = get_backend(backend).executor(plan, **options)
         self._w_spares: list[np.ndarray] = []   # see _spare_w
 

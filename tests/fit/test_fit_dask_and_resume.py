@@ -289,6 +289,25 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
                                    (m.value[idx] - evaluation.simulations[idx]) / 0.05,
                                    rtol=1e-12)
     plt.close(fig)
+    # with a dense simulation: the curve on >= 500 times from 0 to the last measurement,
+    # through the simulated values at the measurement times (drawn as markers)
+    from petab_sciml.simulation.dense import dense_plan
+    from petab_sciml.simulation.objective import Simulator
+
+    grid = dense_plan(problem.data, plan)
+    dense_ev = Simulator(grid, "jax", cache=False).evaluate(in_process.best.w, grad=False)
+    fig = plots.fits(plan, evaluation, dense=(grid, dense_ev))["fit_lv_experiment"]
+    for ax, obs in zip(fig.axes[:2], ("prey_obs", "predator_obs")):
+        idx = np.flatnonzero(m.observable == plan.observable_ids.index(obs))
+        idx = idx[np.argsort(m.time[idx])]
+        data, curve, markers = ax.get_lines()
+        t = curve.get_xdata()
+        assert t.size >= 500 and t[0] == 0.0 and t[-1] == m.time[idx].max()
+        np.testing.assert_allclose(np.interp(m.time[idx], t, curve.get_ydata()),
+                                   evaluation.simulations[idx], rtol=1e-9)
+        np.testing.assert_allclose(markers.get_ydata(), evaluation.simulations[idx],
+                                   rtol=1e-12)
+    plt.close(fig)
     for name in ("waterfall", "loss", "fit_lv_experiment"):
         assert files[name].stat().st_size > 1000
 
