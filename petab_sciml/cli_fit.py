@@ -37,13 +37,20 @@ from petab_sciml.fit.task import OPTIMIZERS
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--trust-code", is_flag=True, help="Load networks whose format runs code.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result summary as JSON.")
+@click.option("--solver", help="ODE solver (JAX: solver, PyTorch: method; e.g. dopri8, "
+              "tsit5, kvaerno5); default the backend's.")
+@click.option("--rtol", type=float, help="Relative tolerance of the ODE solver.")
+@click.option("--atol", type=float, help="Absolute tolerance of the ODE solver.")
+@click.option("--start-from-nominal", is_flag=True,
+              help="Start 0 begins at the problem's nominal values instead of a draw.")
 @click.option("--progress-every", type=float, default=10.0, show_default=True,
               metavar="SECONDS", help="Without a terminal: a progress line per start at "
               "least this often (and at every tenth of the steps).")
 def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, starts: int,
         seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
-        trust_code: bool, as_json: bool, progress_every: float) -> None:
+        trust_code: bool, as_json: bool, solver: str | None, rtol: float | None,
+        atol: float | None, start_from_nominal: bool, progress_every: float) -> None:
     """Train PROBLEM from several starts and write the best one as a PEtab problem.
 
     Ctrl-C, SIGTERM and SIGHUP stop every start at its next step, write checkpoints and
@@ -64,7 +71,9 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
                          in_process=in_process, n_workers=workers, batch=batch, resume=resume,
                          force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
                          trust_code=trust_code, progress=not as_json, console=err,
-                         progress_every_s=progress_every)
+                         progress_every_s=progress_every,
+                         start_from_nominal=start_from_nominal,
+                         **_simulation_options(backend, solver, rtol, atol))
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "
                   f"continue with the same command and --resume[/yellow]")
@@ -96,3 +105,17 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
     for name, path in result.files.items():
         if name not in ("results", "best"):
             click.echo(f"plot:     {path}")
+
+
+def _simulation_options(backend: str, solver: str | None, rtol: float | None,
+                        atol: float | None) -> dict:
+    """The backend's simulation options for the command's solver settings (the solver
+    is ``solver`` in JAX and ``method`` in PyTorch)."""
+    options: dict = {}
+    if solver is not None:
+        options["solver" if backend == "jax" else "method"] = solver
+    if rtol is not None:
+        options["rtol"] = rtol
+    if atol is not None:
+        options["atol"] = atol
+    return options

@@ -36,7 +36,8 @@ class FitError(PetabSciMLError):
     """A fit cannot start (bad settings, an output folder in the way, nothing to resume)."""
 
 
-SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options")
+SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options",
+            "start_from_nominal")
 """Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
 
 
@@ -52,7 +53,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         n_workers: int | None = None, resume: bool = False, force: bool = False,
         checkpoint_every: int = 50, plots: bool = True, progress: bool = True,
         trust_code: bool = False, console: Any = None,
-        progress_every_s: float = PLAIN_PROGRESS_EVERY_S, **options: Any) -> FitResult:
+        progress_every_s: float = PLAIN_PROGRESS_EVERY_S, start_from_nominal: bool = False,
+        **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
 
@@ -62,9 +64,11 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     ``client`` / ``scheduler`` / ``n_workers``: where tasks run (see :mod:`.engine`);
     ``out``: the output folder (refused if it holds another fit, unless ``force``);
     ``resume``: continue the fit in ``out`` from its checkpoints, with the same settings;
-    ``progress``: show every start's loss (a live table on a terminal; elsewhere a
-    plain line per start every ``progress_every_s`` seconds and every tenth of the
-    steps); ``options``: the backend's simulation options.
+    ``start_from_nominal``: start 0 begins at the problem's nominal values (parameter
+    table and array files) instead of a draw; ``progress``: show every start's loss (a
+    live table on a terminal; elsewhere a plain line per start every
+    ``progress_every_s`` seconds and every tenth of the steps); ``options``: the
+    backend's simulation options.
     """
     from petab_sciml.problem import load_problem
 
@@ -83,7 +87,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     batch = batch or (starts if backend == "jax" else 1)
     settings = {"problem": str(path.resolve()), "backend": backend, "optimizer": optimizer,
                 "lr": lr, "steps": steps, "seed": seed, "starts": starts, "batch": batch,
-                "options": json.dumps(options, sort_keys=True)}
+                "options": json.dumps(options, sort_keys=True),
+                "start_from_nominal": start_from_nominal}
     out = Path(out) if out is not None else None
     checkpoints = _prepare_out(out, settings, resume, force)
 
@@ -96,7 +101,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     try:
         vectors = draw_starts(problem, seed, starts,
                               lambda w: simulator.evaluate(w, grad=False).value,
-                              report=lambda text: console.print(text) if progress else None)
+                              report=lambda text: console.print(text) if progress else None,
+                              nominal_first=start_from_nominal)
     except ValueError as exc:
         raise FitError(str(exc)) from None
     run_id = uuid.uuid4().hex[:12]
@@ -157,6 +163,7 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
         if not os.path.lexists(record):
             raise FitError(f"nothing to resume: {record} does not exist", file=record)
         saved = read_fit_record(record)
+        saved.setdefault("start_from_nominal", False)   # fits from before the option
         diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
         if diff:
             raise FitError("resume with the settings of the interrupted fit; these differ: "

@@ -24,14 +24,25 @@ MAX_ATTEMPTS = 20
 
 
 def draw_starts(problem: Any, seed: int, n: int, value: Callable[[np.ndarray], float] | None,
-                report: Callable[[str], None] = lambda text: None) -> list[np.ndarray]:
+                report: Callable[[str], None] = lambda text: None,
+                nominal_first: bool = False) -> list[np.ndarray]:
     """Start vectors ``w`` (linear, ``plan.pack`` layout) of starts ``0 .. n-1``.
 
     ``value(w)``: the objective, to redraw starts where it is not finite (None: keep every
-    draw).  Raises ``ValueError`` naming the start when no finite one is found."""
+    draw).  ``nominal_first``: start 0 is the problem's nominal values (``plan.w0``),
+    never redrawn.  Raises ``ValueError`` naming the start when no finite one is found
+    (for the nominal start: that its objective is not finite)."""
     priors = initialization_priors(problem)
     out = []
     for k in range(n):
+        if k == 0 and nominal_first:
+            w = np.array(problem.plan.w0, dtype=np.float64)
+            if value is not None and not math.isfinite(value(w)):
+                raise ValueError("start 0: the objective is not finite at the problem's "
+                                 "nominal values; leave out start_from_nominal "
+                                 "(--start-from-nominal)")
+            out.append(w)
+            continue
         for attempt in range(MAX_ATTEMPTS):
             w = start_point(problem.plan, k, seed=seed, backend=problem.backend_name,
                             init_priors=priors, attempt=attempt)

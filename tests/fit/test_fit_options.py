@@ -1,0 +1,72 @@
+"""``fit`` options: the ODE solver and its tolerances from the command line, and start 0
+at the problem's nominal values, in both backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("optax")
+pytest.importorskip("libsbml")
+
+from click.testing import CliRunner  # noqa: E402
+
+from petab_sciml.cli import main  # noqa: E402
+from petab_sciml.fit import FitResult  # noqa: E402
+from petab_sciml.fit.starts import draw_starts  # noqa: E402
+from petab_sciml.problem import load_problem  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "lotka_volterra_ude" / "problem.yaml"
+SOLVER = {"jax": ("solver", "tsit5"), "torch": ("method", "dopri5")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_solver_tolerances_and_nominal_start_from_the_command_line(backend, tmp_path):
+    pytest.importorskip(backend)
+    key, solver = SOLVER[backend]
+    out = tmp_path / "fit"
+    run = CliRunner().invoke(main, [
+        "fit", str(EXAMPLE), "--backend", backend, "--starts", "2", "--steps", "0",
+        "--in-process", "--no-plots", "--json", "--out", str(out), "--solver", solver,
+        "--rtol", "1e-6", "--atol", "1e-7", "--start-from-nominal"])
+    assert run.exit_code == 0, run.output
+    record = json.loads((out / "fit.json").read_text())
+    assert json.loads(record["options"]) == {key: solver, "rtol": 1e-6, "atol": 1e-7}
+    assert record["start_from_nominal"] is True
+    result = FitResult.load(out / "results.h5")
+    problem = load_problem(EXAMPLE, backend=backend)
+    plan = problem.plan
+    start0, start1 = sorted(result.starts, key=lambda r: r.start)
+    # start 0 is the nominal values; start 1 the draw it would be without the option
+    np.testing.assert_array_equal(start0.w, plan.w0)
+    np.testing.assert_array_equal(start1.w, draw_starts(problem, 0, 2, None)[1])
+    # the objective is the one of the solver and tolerances asked for
+    options = {key: solver, "rtol": 1e-6, "atol": 1e-7}
+    if backend == "jax":
+        options["cache"] = False
+    asked = problem.simulator(**options).evaluate(plan.w0, grad=False).value
+    default = problem.simulator(**({"cache": False} if backend == "jax" else {})
+                                ).evaluate(plan.w0, grad=False).value
+    assert start0.value == pytest.approx(asked, rel=1e-12)
+    assert asked != default
+
+
+def test_a_fit_recorded_before_the_option_resumes_as_one_without_it(tmp_path):
+    """fit.json files from before the option (no ``start_from_nominal``) resume as fits
+    without it, and are refused with it."""
+    from petab_sciml.fit import FitError, _prepare_out
+
+    settings = {"problem": str(EXAMPLE), "backend": "jax", "optimizer": "adam", "lr": 0.02,
+                "steps": 5, "seed": 0, "starts": 2, "batch": 2, "options": "{}"}
+    out = tmp_path / "fit"
+    out.mkdir()
+    (out / "fit.json").write_text(json.dumps(settings))
+    assert _prepare_out(out, {**settings, "start_from_nominal": False}, True, False) \
+        == out / "checkpoints"
+    with pytest.raises(FitError, match="start_from_nominal"):
+        _prepare_out(out, {**settings, "start_from_nominal": True}, True, False)
