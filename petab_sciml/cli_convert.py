@@ -35,11 +35,14 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
 @click.command("convert")
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("dst", type=click.Path(path_type=Path))
-@click.option("--params", "params", type=click.Path(path_type=Path), default=None,
-              help="PEtab SciML array file of the parameters: written when IN carries "
-                   "weights (ONNX -> YAML), read when only OUT does (YAML -> ONNX).")
 @click.option("--params-in", type=click.Path(path_type=Path), default=None,
-              help="Array file whose parameters replace those read from IN.")
+              help="PEtab SciML array file to read the parameters from (replacing any "
+                   "that IN carries).")
+@click.option("--params-out", type=click.Path(path_type=Path), default=None,
+              help="PEtab SciML array file to write the parameters to.")
+@click.option("--params", "params", type=click.Path(path_type=Path), default=None,
+              help="Shortcut: --params-out when IN carries weights (ONNX -> YAML), "
+                   "--params-in when only OUT does (YAML -> ONNX).")
 @click.option("--from", "src_format", default=None,
               help="Format of IN (default: from its extension).")
 @click.option("--to", "dst_format", default=None,
@@ -66,7 +69,8 @@ def _parse_shape(text: str) -> tuple[str, list[int | str | None]]:
               help="Read nothing outside IN's folder (symlinks resolved): IN, the files it "
                    "names and the parameters read must lie there (see docs/security.md).")
 @limit_option
-def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
+def convert(src: Path, dst: Path, params_in: Path | None, params_out: Path | None,
+            params: Path | None,
             src_format: str | None, dst_format: str | None, net_id: str | None,
             input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
             portable: bool, dtype: str | None, force: bool, confine: bool,
@@ -81,30 +85,29 @@ def convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
 
     with use_limits(**limits):
         _convert(src, dst, params, params_in, src_format, dst_format, net_id, input_shapes,
-                 trust_code, show_names, portable, force, confine, dtype)
+                 trust_code, show_names, portable, force, confine, dtype, params_out)
 
 
 def _convert(src: Path, dst: Path, params: Path | None, params_in: Path | None,
              src_format: str | None, dst_format: str | None, net_id: str | None,
              input_shapes: tuple[str, ...], trust_code: bool, show_names: bool,
              portable: bool, force: bool, confine: bool = False,
-             dtype: str | None = None) -> None:
+             dtype: str | None = None, params_out: Path | None = None) -> None:
     from petab_sciml.convert import carries_parameters
     from petab_sciml.convert import convert as run_convert
     from petab_sciml.plugins import format_for_path
 
     try:
         shapes = dict(_parse_shape(s) for s in input_shapes) if input_shapes else None
-        params_out = None
+        if params is not None and (params_in is not None or params_out is not None):
+            raise click.UsageError("--params is the shortcut for --params-in or "
+                                   "--params-out; give those two instead")
         if params is not None:
             reads, _ = carries_parameters(format_for_path(src, src_format))
             _, writes = carries_parameters(format_for_path(dst, dst_format))
             if reads:
                 params_out = params
             elif writes:
-                if params_in is not None:
-                    raise click.UsageError("--params and --params-in both name a file to "
-                                           "read; give one")
                 params_in = params
             else:
                 raise click.UsageError("neither format carries weights: --params has "

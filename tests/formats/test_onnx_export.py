@@ -217,3 +217,37 @@ def test_convert_round_trip_keeps_the_network_id_and_float64(tmp_path: Path):
                                         providers=["CPUExecutionProvider"])
             (got,) = sess.run(None, {sess.get_inputs()[0].name: x.astype(np.float32)})
             np.testing.assert_allclose(got, np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_convert_reads_params_in_and_writes_params_out(tmp_path: Path):
+    """``--params-in`` and ``--params-out`` together: ONNX -> YAML with the weights
+    read from a file instead of the ONNX ones, written to another; ``--params`` (the
+    shortcut for one of them) with either is a usage error."""
+    from click.testing import CliRunner
+
+    from petab_sciml.arrays import save_parameters
+    from petab_sciml.cli import main
+
+    example = REPO / "examples" / "lotka_volterra_ude"
+    network = read_yaml(example / "net1.yaml")
+    onnx_file = tmp_path / "net1.onnx"
+    run = CliRunner().invoke(main, ["convert", str(example / "net1.yaml"), str(onnx_file),
+                                    "--params-in", str(example / "net1_ps.hdf5")])
+    assert run.exit_code == 0, run.output
+    replaced = {layer: {name: value * 2.0 for name, value in arrays.items()}
+                for layer, arrays in load_parameters(example / "net1_ps.hdf5", network,
+                                                     strict=False).items()}
+    save_parameters(tmp_path / "replaced.h5", network, replaced)
+    out = tmp_path / "written.h5"
+    run = CliRunner().invoke(main, ["convert", str(onnx_file), str(tmp_path / "net.yaml"),
+                                    "--params-in", str(tmp_path / "replaced.h5"),
+                                    "--params-out", str(out)])
+    assert run.exit_code == 0, run.output
+    written = load_parameters(out, read_yaml(tmp_path / "net.yaml"), strict=False)
+    for layer, arrays in replaced.items():
+        for name, value in arrays.items():
+            np.testing.assert_array_equal(written[layer][name], value)
+    run = CliRunner().invoke(main, ["convert", str(onnx_file), str(tmp_path / "b.yaml"),
+                                    "--params", str(tmp_path / "b.h5"),
+                                    "--params-in", str(tmp_path / "replaced.h5")])
+    assert run.exit_code == 2 and "--params is the shortcut" in run.output
