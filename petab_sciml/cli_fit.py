@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from petab_sciml.fit.task import OPTIMIZERS
+from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
 
 
 @click.command("fit")
@@ -17,6 +17,10 @@ from petab_sciml.fit.task import OPTIMIZERS
               show_default=True, help="Framework that trains: optax (jax) or torch.optim.")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adam", show_default=True)
 @click.option("--lr", type=float, default=1e-2, show_default=True, help="Learning rate.")
+@click.option("--schedule", type=click.Choice(SCHEDULES), default="constant",
+              show_default=True, help="Learning-rate schedule over the steps: cosine decays "
+              "towards 0 at --steps, exponential multiplies by --lr-decay each step.")
+@click.option("--lr-decay", type=float, help="Factor per step of --schedule exponential.")
 @click.option("--steps", type=int, default=1000, show_default=True,
               help="Optimizer steps per start.")
 @click.option("--starts", type=int, default=4, show_default=True,
@@ -46,7 +50,8 @@ from petab_sciml.fit.task import OPTIMIZERS
 @click.option("--progress-every", type=float, default=10.0, show_default=True,
               metavar="SECONDS", help="Without a terminal: a progress line per start at "
               "least this often (and at every tenth of the steps).")
-def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, starts: int,
+def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
+        lr_decay: float | None, steps: int, starts: int,
         seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
         trust_code: bool, as_json: bool, solver: str | None, rtol: float | None,
@@ -72,7 +77,8 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, steps: int, star
                          force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
                          trust_code=trust_code, progress=not as_json, console=err,
                          progress_every_s=progress_every,
-                         start_from_nominal=start_from_nominal,
+                         start_from_nominal=start_from_nominal, schedule=schedule,
+                         lr_decay=lr_decay,
                          **_simulation_options(backend, solver, rtol, atol))
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "

@@ -35,7 +35,11 @@ from .problem import from_vector, loss, parameters, project, stack
 _STEPS: dict[tuple, Any] = {}
 
 
-def optimizer(name: str, lr: float):
+def optimizer(name: str, lr: float, schedule: str = "constant", steps: int = 1,
+              lr_decay: float = 1.0):
+    """The optax optimizer ``name`` with learning rate ``lr`` under ``schedule``
+    (``petab_sciml.fit.task.SCHEDULES``: the rate of step ``k`` is a function of the
+    optimizer state's step count, so a restored state continues the schedule)."""
     import optax
 
     table = {"adam": optax.adam, "adamw": optax.adamw, "sgd": optax.sgd,
@@ -43,15 +47,26 @@ def optimizer(name: str, lr: float):
              "adagrad": lambda lr: optax.adagrad(lr, eps=1e-10)}
     if name not in table:
         raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(table)}")
-    return table[name](lr)
+    # the default float (float64 in fits): optax would compute the exponential's power
+    # of its int32 step count in float32 (rates 1e-7 off torch.optim's)
+    real = jnp.result_type(float)
+    rates = {"constant": lambda: lr,
+             "cosine": lambda: optax.cosine_decay_schedule(jnp.asarray(lr, real),
+                                                           decay_steps=max(steps, 1)),
+             "exponential": lambda: optax.exponential_decay(
+                 jnp.asarray(lr, real), transition_steps=1,
+                 decay_rate=jnp.asarray(lr_decay, real))}
+    if schedule not in rates:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(rates)}")
+    return table[name](rates[schedule]())
 
 
 def _compiled(task: FitTask, spec: Any, train: bool):
     """The jitted, vmapped step and final evaluation (once per worker and setting)."""
-    key = (id(spec), task.optimizer, task.lr, train)
+    key = (id(spec), task.optimizer, task.lr, task.schedule, task.lr_decay, task.steps, train)
     found = _STEPS.get(key)
     if found is None:
-        opt = optimizer(task.optimizer, task.lr)
+        opt = optimizer(task.optimizer, task.lr, task.schedule, task.steps, task.lr_decay)
 
         def one(model, previous, state, active, rng, k):
             rng_k = jax.random.fold_in(rng, k) if train else None

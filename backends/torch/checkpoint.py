@@ -167,13 +167,22 @@ def _check_tensors(saved: Any, expected: dict[Any, torch.Tensor], path: Path,
         _check_tensor(saved[key], want.shape, want.dtype, path, f"{entry}.{key}")
 
 
+def _settings(groups: Any) -> Any:
+    """Parameter groups without the current learning rate where a scheduler drives it
+    (its base rate, ``initial_lr``, is compared instead)."""
+    if not isinstance(groups, list):
+        return groups
+    return [{k: v for k, v in g.items() if not (k == "lr" and "initial_lr" in g)}
+            if isinstance(g, dict) else g for g in groups]
+
+
 def _check_optimizer(saved: Any, opt: Any, params: list[torch.Tensor], path: Path) -> None:
     """The optimizer state: the same hyperparameters as ``opt`` (a fresh optimizer of
     the resumed fit) and, per parameter, tensors of its shape or scalars."""
     if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
         raise refused(path, "expected an optimizer state (state, param_groups)",
                       entry="optimizer")
-    if saved["param_groups"] != opt.state_dict()["param_groups"]:
+    if _settings(saved["param_groups"]) != _settings(opt.state_dict()["param_groups"]):
         raise refused(path, "was written by another optimizer or with other optimizer "
                       "settings", entry="optimizer.param_groups")
     state = saved["state"]

@@ -43,6 +43,29 @@ def optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     return table[name](params, lr=lr)
 
 
+def scheduler(opt: torch.optim.Optimizer, schedule: str, steps: int, lr_decay: float):
+    """The ``torch.optim.lr_scheduler`` of ``schedule``
+    (``petab_sciml.fit.task.SCHEDULES``; None for a constant rate), stepped after each
+    optimizer step."""
+    from torch.optim import lr_scheduler
+
+    if schedule == "constant":
+        return None
+    if schedule == "cosine":
+        return lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
+    if schedule == "exponential":
+        return lr_scheduler.ExponentialLR(opt, gamma=lr_decay)
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def _continue_schedule(sched: Any, opt: torch.optim.Optimizer, done: int) -> None:
+    """A scheduler made afresh continues at step ``done``: the optimizer's restored
+    learning rates are the schedule's at ``done`` (the checkpoint keeps them)."""
+    if sched is not None:
+        sched.last_epoch = done
+        sched._last_lr = [group["lr"] for group in opt.param_groups]
+
+
 def _module(task: FitTask):
     """One native module per worker and problem (its compiled solves are reused)."""
     key = (task.problem, tuple(sorted(task.options.items())))
@@ -74,9 +97,9 @@ def check_resume(task: FitTask) -> None:
 
 
 def _start_state(task: FitTask, i: int) -> tuple:
-    """(module, optimizer, trainable parameters, their previous values, step, trace,
-    stopped_at) of start ``i`` of ``task``: at its start vector, or restored from its
-    checkpoint when resuming."""
+    """(module, optimizer, learning-rate scheduler (or None), trainable parameters,
+    their previous values, step, trace, stopped_at) of start ``i`` of ``task``: at its
+    start vector, or restored from its checkpoint when resuming."""
     module = _module(task)
     start = task.starts[i]
     _load_vector(module, task.w0[i])
@@ -84,19 +107,21 @@ def _start_state(task: FitTask, i: int) -> tuple:
     module.generator = torch.Generator().manual_seed(dropout_seed(task.seed, start))
     params = [p for p in module.parameters() if p.requires_grad]
     opt = optimizer(task.optimizer, params, task.lr)
+    sched = scheduler(opt, task.schedule, task.steps, task.lr_decay)
     previous = [p.detach().clone() for p in params]
     path = checkpoint_path(task, start, ".pt")
     if task.resume and path is not None and os.path.lexists(path):
         identity = checkpoint_identity(task, start, module.plan.fingerprint)
         restored = load_checkpoint(path, identity, module, opt, previous)
-        return (module, opt, params, previous, restored.step, restored.trace,
+        _continue_schedule(sched, opt, restored.step)
+        return (module, opt, sched, params, previous, restored.step, restored.trace,
                 restored.stopped_at)
-    return module, opt, params, previous, 0, [], 0
+    return module, opt, sched, params, previous, 0, [], 0
 
 
 def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
     start = task.starts[i]
-    module, opt, params, previous, done, trace, stopped_at = _start_state(task, i)
+    module, opt, sched, params, previous, done, trace, stopped_at = _start_state(task, i)
     plan = module.plan
     path = checkpoint_path(task, start, ".pt")
     identity = checkpoint_identity(task, start, plan.fingerprint)
@@ -125,6 +150,8 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
                 for p, q in zip(params, previous):
                     q.copy_(p)
             opt.step()
+            if sched is not None:
+                sched.step()
             module.project_()
             hooks.report([start], done, np.array([trace[-1]]))
             if task.checkpoint_every and done % task.checkpoint_every == 0:

@@ -27,7 +27,7 @@ import numpy as np
 
 from petab_sciml.errors import PetabSciMLError
 from petab_sciml.fit.results import FitResult, parameter_layout, summary_table
-from petab_sciml.fit.task import OPTIMIZERS, FitTask
+from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES, FitTask
 
 __all__ = ["FitError", "FitResult", "fit"]
 
@@ -37,7 +37,7 @@ class FitError(PetabSciMLError):
 
 
 SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options",
-            "start_from_nominal")
+            "start_from_nominal", "schedule", "lr_decay")
 """Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
 
 
@@ -54,6 +54,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         checkpoint_every: int = 50, plots: bool = True, progress: bool = True,
         trust_code: bool = False, console: Any = None,
         progress_every_s: float = PLAIN_PROGRESS_EVERY_S, start_from_nominal: bool = False,
+        schedule: str = "constant", lr_decay: float | None = None,
         **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
@@ -64,8 +65,11 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     ``client`` / ``scheduler`` / ``n_workers``: where tasks run (see :mod:`.engine`);
     ``out``: the output folder (refused if it holds another fit, unless ``force``);
     ``resume``: continue the fit in ``out`` from its checkpoints, with the same settings;
-    ``start_from_nominal``: start 0 begins at the problem's nominal values (parameter
-    table and array files) instead of a draw; ``progress``: show every start's loss (a
+    ``schedule``: the learning-rate schedule over the steps (one of
+    :data:`~petab_sciml.fit.task.SCHEDULES`; ``exponential`` multiplies the rate by
+    ``lr_decay`` each step); ``start_from_nominal``: start 0 begins at the problem's
+    nominal values (parameter table and array files) instead of a draw; ``progress``:
+    show every start's loss (a
     live table on a terminal; elsewhere a plain line per start every
     ``progress_every_s`` seconds and every tenth of the steps); ``options``: the
     backend's simulation options.
@@ -76,6 +80,13 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         raise FitError(f"unknown optimizer {optimizer!r}; known: {', '.join(OPTIMIZERS)}")
     if starts < 1 or steps < 0 or not lr > 0:
         raise FitError("starts must be >= 1, steps >= 0 and lr > 0")
+    if schedule not in SCHEDULES:
+        raise FitError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    if (schedule == "exponential") != (lr_decay is not None):
+        raise FitError("lr_decay (--lr-decay) goes with the exponential schedule, and only "
+                       "with it")
+    if lr_decay is not None and not 0 < lr_decay <= 1:
+        raise FitError(f"lr_decay must be in (0, 1], got {lr_decay}")
     path = Path(getattr(problem, "path", problem))
     if isinstance(problem, (str, os.PathLike)):
         backend = backend or "jax"
@@ -88,7 +99,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     settings = {"problem": str(path.resolve()), "backend": backend, "optimizer": optimizer,
                 "lr": lr, "steps": steps, "seed": seed, "starts": starts, "batch": batch,
                 "options": json.dumps(options, sort_keys=True),
-                "start_from_nominal": start_from_nominal}
+                "start_from_nominal": start_from_nominal, "schedule": schedule,
+                "lr_decay": lr_decay}
     out = Path(out) if out is not None else None
     checkpoints = _prepare_out(out, settings, resume, force)
 
@@ -109,7 +121,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     tasks = [FitTask(str(path), backend, list(range(a, min(a + batch, starts))),
                      vectors[a: a + batch], seed, optimizer, lr, steps, dict(options),
                      str(checkpoints) if checkpoints else None, checkpoint_every, resume,
-                     trust_code, run_id)
+                     trust_code, run_id, schedule, 1.0 if lr_decay is None else lr_decay)
              for a in range(0, starts, batch)]
 
     _check_resume(backend, tasks)
@@ -163,7 +175,10 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
         if not os.path.lexists(record):
             raise FitError(f"nothing to resume: {record} does not exist", file=record)
         saved = read_fit_record(record)
-        saved.setdefault("start_from_nominal", False)   # fits from before the option
+        # fits recorded before these options
+        for key, default in (("start_from_nominal", False), ("schedule", "constant"),
+                             ("lr_decay", None)):
+            saved.setdefault(key, default)
         diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
         if diff:
             raise FitError("resume with the settings of the interrupted fit; these differ: "

@@ -109,9 +109,14 @@ def checkpoint_identity(task: Any, start: int, fingerprint: str) -> dict[str, An
     """What a checkpoint of start ``start`` of ``task`` records about itself: a resumed
     start must find the same problem (its fingerprint: the YAML and every file it
     names), start and settings."""
-    return {"format": CHECKPOINT_FORMAT, "problem": fingerprint, "backend": task.backend,
-            "start": int(start), "seed": int(task.seed), "optimizer": task.optimizer,
-            "lr": float(task.lr), "options": json.dumps(task.options, sort_keys=True)}
+    identity = {"format": CHECKPOINT_FORMAT, "problem": fingerprint,
+                "backend": task.backend, "start": int(start), "seed": int(task.seed),
+                "optimizer": task.optimizer, "lr": float(task.lr),
+                "options": json.dumps(task.options, sort_keys=True)}
+    schedule = getattr(task, "schedule", "constant")
+    if schedule != "constant":   # absent for a constant rate, as before schedules
+        identity["schedule"] = f"{schedule} {float(task.lr_decay)!r} {int(task.steps)}"
+    return identity
 
 
 def check_identity(saved: Any, expected: dict[str, Any], path: Path) -> None:

@@ -22,6 +22,12 @@ from petab_sciml.fit.signals import raise_if_stop_received
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "adagrad")
 """Optimizer names; the same hyperparameters (PyTorch's defaults) in optax and torch.optim."""
 
+SCHEDULES = ("constant", "cosine", "exponential")
+"""Learning-rate schedules over a fit's steps ``k = 0, 1, ...`` (``lr`` the base rate,
+``steps`` the fit's steps): ``constant``; ``cosine``, ``lr (1 + cos(pi k / steps)) / 2``
+(optax's ``cosine_decay_schedule``, torch's ``CosineAnnealingLR``); ``exponential``,
+``lr * lr_decay**k`` (optax's ``exponential_decay``, torch's ``ExponentialLR``)."""
+
 
 @dataclass
 class FitTask:
@@ -42,6 +48,10 @@ class FitTask:
     resume: bool = False
     trust_code: bool = False
     run_id: str = ""
+    schedule: str = "constant"
+    """Learning-rate schedule (:data:`SCHEDULES`)."""
+    lr_decay: float = 1.0
+    """Factor per step of the ``exponential`` schedule."""
 
 
 @dataclass

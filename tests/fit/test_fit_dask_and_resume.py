@@ -39,7 +39,7 @@ from petab_sciml.problem import load_problem  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "lotka_volterra_ude" / "problem.yaml"
 BIN = Path(sys.executable).parent
-COMMON = dict(starts=4, steps=8, lr=0.02, seed=3, batch=2, checkpoint_every=2)
+COMMON = dict(starts=4, steps=8, lr=0.02, seed=3, batch=2, checkpoint_every=2, schedule="cosine")
 
 
 @pytest.fixture(scope="module")
@@ -363,24 +363,29 @@ def _assert_named_as_saved(results: Path, best_yaml: Path, best: int) -> None:
 
 @pytest.mark.slow
 def test_torch_fit_follows_torch_optim(tmp_path):
+    """Two starts of three steps, with an exponential learning-rate schedule, as a
+    plain torch.optim loop with ExponentialLR trains them."""
     pytest.importorskip("torch")
     import torch
 
     from petab_sciml.fit.starts import draw_starts
 
     result = fit(EXAMPLE, backend="torch", starts=2, steps=3, lr=0.02, seed=1,
-                 in_process=True, out=tmp_path / "torch", plots=False, progress=False)
+                 in_process=True, out=tmp_path / "torch", plots=False, progress=False,
+                 schedule="exponential", lr_decay=0.5)
     problem = load_problem(EXAMPLE, backend="torch")
     for r, w0 in zip(result.starts, draw_starts(problem, 1, 2, None)):
         module = problem.model(problem.plan.unpack(w0), compile=False)
         module.train()
         opt = torch.optim.Adam([p for p in module.parameters() if p.requires_grad], lr=0.02)
+        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5)
         trace = []
         for _ in range(3):
             opt.zero_grad()
             loss = module()
             loss.backward()
             opt.step()
+            sched.step()
             module.project_()
             trace.append(loss.item())
         np.testing.assert_allclose(r.trace, trace, rtol=1e-10)

@@ -56,9 +56,9 @@ def test_solver_tolerances_and_nominal_start_from_the_command_line(backend, tmp_
     assert asked != default
 
 
-def test_a_fit_recorded_before_the_option_resumes_as_one_without_it(tmp_path):
-    """fit.json files from before the option (no ``start_from_nominal``) resume as fits
-    without it, and are refused with it."""
+def test_a_fit_recorded_before_the_options_resumes_as_one_without_them(tmp_path):
+    """fit.json files from before the options (no ``start_from_nominal``, ``schedule``,
+    ``lr_decay``) resume as fits without them, and are refused with them."""
     from petab_sciml.fit import FitError, _prepare_out
 
     settings = {"problem": str(EXAMPLE), "backend": "jax", "optimizer": "adam", "lr": 0.02,
@@ -66,7 +66,9 @@ def test_a_fit_recorded_before_the_option_resumes_as_one_without_it(tmp_path):
     out = tmp_path / "fit"
     out.mkdir()
     (out / "fit.json").write_text(json.dumps(settings))
-    assert _prepare_out(out, {**settings, "start_from_nominal": False}, True, False) \
-        == out / "checkpoints"
+    now = {**settings, "start_from_nominal": False, "schedule": "constant", "lr_decay": None}
+    assert _prepare_out(out, now, True, False) == out / "checkpoints"
     with pytest.raises(FitError, match="start_from_nominal"):
-        _prepare_out(out, {**settings, "start_from_nominal": True}, True, False)
+        _prepare_out(out, {**now, "start_from_nominal": True}, True, False)
+    with pytest.raises(FitError, match="schedule"):
+        _prepare_out(out, {**now, "schedule": "cosine"}, True, False)
