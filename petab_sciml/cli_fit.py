@@ -21,6 +21,10 @@ from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
               show_default=True, help="Learning-rate schedule over the steps: cosine decays "
               "towards 0 at --steps, exponential multiplies by --lr-decay each step.")
 @click.option("--lr-decay", type=float, help="Factor per step of --schedule exponential.")
+@click.option("--patience", type=int, default=0, show_default=True,
+              help="Stop a start after this many steps without improvement (0: never).")
+@click.option("--min-delta", type=float, default=0.0, show_default=True,
+              help="How far below its best the loss must fall to count as an improvement.")
 @click.option("--steps", type=int, default=1000, show_default=True,
               help="Optimizer steps per start.")
 @click.option("--starts", type=int, default=4, show_default=True,
@@ -51,7 +55,7 @@ from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
               metavar="SECONDS", help="Without a terminal: a progress line per start at "
               "least this often (and at every tenth of the steps).")
 def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
-        lr_decay: float | None, steps: int, starts: int,
+        lr_decay: float | None, patience: int, min_delta: float, steps: int, starts: int,
         seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
         trust_code: bool, as_json: bool, solver: str | None, rtol: float | None,
@@ -78,7 +82,7 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
                          trust_code=trust_code, progress=not as_json, console=err,
                          progress_every_s=progress_every,
                          start_from_nominal=start_from_nominal, schedule=schedule,
-                         lr_decay=lr_decay,
+                         lr_decay=lr_decay, patience=patience, min_delta=min_delta,
                          **_simulation_options(backend, solver, rtol, atol))
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "

@@ -27,6 +27,7 @@ from petab_sciml.fit.task import (
     StartResult,
     dropout_seed,
     load_cached,
+    plateaued,
 )
 
 from .checkpoint import restore, save
@@ -156,6 +157,10 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
                     traces[i].append(float(v))
                     if not now_active[i]:
                         stopped[i] = k + 1
+            ended = [i for i in np.flatnonzero(now_active)
+                     if plateaued(traces[i], task.patience, task.min_delta)]
+            if ended:   # no more updates for these starts (they keep their values)
+                active = active.at[np.asarray(ended)].set(False)
             done = k + 1
             carry = (batch, previous, states, active, done, traces, stopped)
             hooks.report(task.starts, done, values)
@@ -167,6 +172,7 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
     save(task, fingerprint, *carry)
     seconds = time.perf_counter() - t0
     values, aux = final(batch)
+    active = np.asarray(active)
     out = []
     for i, start in enumerate(task.starts):
         model = jax.tree_util.tree_map(lambda x, i=i: x[i], batch)
@@ -174,7 +180,8 @@ def train_starts(task: FitTask, hooks: Hooks | None = None) -> list[StartResult]
         out.append(StartResult(
             start, np.asarray(traces[i], np.float64), float(values[i]),
             spec.plan.pack(parameters(model)), np.asarray(model.mech, np.float64),
-            _named_leaves(state), bool(aux["ok"][i]), int(stopped[i]) or done, seconds,
+            _named_leaves(state), bool(aux["ok"][i]),
+            int(stopped[i]) or (done if active[i] else len(traces[i])), seconds,
             interrupted, int(stopped[i])))
     return out
 

@@ -28,6 +28,7 @@ from petab_sciml.fit.task import (
     checkpoint_path,
     dropout_seed,
     load_cached,
+    plateaued,
 )
 
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -129,6 +130,8 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
     interrupted = False
     try:
         for k in range(done, task.steps if not stopped_at else done):
+            if plateaued(trace, task.patience, task.min_delta):
+                break   # (also a start resumed after it had plateaued)
             if hooks.should_stop():
                 interrupted = True
                 break

@@ -37,7 +37,7 @@ class FitError(PetabSciMLError):
 
 
 SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options",
-            "start_from_nominal", "schedule", "lr_decay")
+            "start_from_nominal", "schedule", "lr_decay", "patience", "min_delta")
 """Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
 
 
@@ -54,8 +54,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         checkpoint_every: int = 50, plots: bool = True, progress: bool = True,
         trust_code: bool = False, console: Any = None,
         progress_every_s: float = PLAIN_PROGRESS_EVERY_S, start_from_nominal: bool = False,
-        schedule: str = "constant", lr_decay: float | None = None,
-        **options: Any) -> FitResult:
+        schedule: str = "constant", lr_decay: float | None = None, patience: int = 0,
+        min_delta: float = 0.0, **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
 
@@ -67,9 +67,11 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     ``resume``: continue the fit in ``out`` from its checkpoints, with the same settings;
     ``schedule``: the learning-rate schedule over the steps (one of
     :data:`~petab_sciml.fit.task.SCHEDULES`; ``exponential`` multiplies the rate by
-    ``lr_decay`` each step); ``start_from_nominal``: start 0 begins at the problem's
-    nominal values (parameter table and array files) instead of a draw; ``progress``:
-    show every start's loss (a
+    ``lr_decay`` each step); ``patience`` > 0: a start stops once its loss has not
+    fallen below its best by more than ``min_delta`` for that many steps
+    (:func:`~petab_sciml.fit.task.plateaued`); ``start_from_nominal``: start 0 begins
+    at the problem's nominal values (parameter table and array files) instead of a draw;
+    ``progress``: show every start's loss (a
     live table on a terminal; elsewhere a plain line per start every
     ``progress_every_s`` seconds and every tenth of the steps); ``options``: the
     backend's simulation options.
@@ -87,6 +89,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                        "with it")
     if lr_decay is not None and not 0 < lr_decay <= 1:
         raise FitError(f"lr_decay must be in (0, 1], got {lr_decay}")
+    if patience < 0 or not min_delta >= 0:
+        raise FitError("patience must be >= 0 and min_delta >= 0")
     path = Path(getattr(problem, "path", problem))
     if isinstance(problem, (str, os.PathLike)):
         backend = backend or "jax"
@@ -100,7 +104,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                 "lr": lr, "steps": steps, "seed": seed, "starts": starts, "batch": batch,
                 "options": json.dumps(options, sort_keys=True),
                 "start_from_nominal": start_from_nominal, "schedule": schedule,
-                "lr_decay": lr_decay}
+                "lr_decay": lr_decay, "patience": patience, "min_delta": min_delta}
     out = Path(out) if out is not None else None
     checkpoints = _prepare_out(out, settings, resume, force)
 
@@ -121,7 +125,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     tasks = [FitTask(str(path), backend, list(range(a, min(a + batch, starts))),
                      vectors[a: a + batch], seed, optimizer, lr, steps, dict(options),
                      str(checkpoints) if checkpoints else None, checkpoint_every, resume,
-                     trust_code, run_id, schedule, 1.0 if lr_decay is None else lr_decay)
+                     trust_code, run_id, schedule, 1.0 if lr_decay is None else lr_decay,
+                     patience, min_delta)
              for a in range(0, starts, batch)]
 
     _check_resume(backend, tasks)
@@ -177,7 +182,7 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
         saved = read_fit_record(record)
         # fits recorded before these options
         for key, default in (("start_from_nominal", False), ("schedule", "constant"),
-                             ("lr_decay", None)):
+                             ("lr_decay", None), ("patience", 0), ("min_delta", 0.0)):
             saved.setdefault(key, default)
         diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
         if diff:

@@ -29,6 +29,17 @@ SCHEDULES = ("constant", "cosine", "exponential")
 ``lr * lr_decay**k`` (optax's ``exponential_decay``, torch's ``ExponentialLR``)."""
 
 
+def plateaued(trace: Any, patience: int, min_delta: float) -> bool:
+    """Whether a start whose losses so far are ``trace`` stops: its last ``patience``
+    losses (``patience`` > 0) each failed to improve, i.e. to fall below the best loss
+    before them by more than ``min_delta``.  A function of the trace alone, so a
+    resumed fit decides as an uninterrupted one."""
+    if patience <= 0 or len(trace) <= patience:
+        return False
+    best = float(np.min(trace[:-patience]))
+    return not any(v < best - min_delta for v in trace[-patience:])
+
+
 @dataclass
 class FitTask:
     problem: str
@@ -52,6 +63,11 @@ class FitTask:
     """Learning-rate schedule (:data:`SCHEDULES`)."""
     lr_decay: float = 1.0
     """Factor per step of the ``exponential`` schedule."""
+    patience: int = 0
+    """Stop a start after this many steps without improvement (:func:`plateaued`);
+    0: never."""
+    min_delta: float = 0.0
+    """The decrease of the loss below its best so far that counts as an improvement."""
 
 
 @dataclass

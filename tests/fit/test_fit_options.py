@@ -72,3 +72,32 @@ def test_a_fit_recorded_before_the_options_resumes_as_one_without_them(tmp_path)
         _prepare_out(out, {**now, "start_from_nominal": True}, True, False)
     with pytest.raises(FitError, match="schedule"):
         _prepare_out(out, {**now, "schedule": "cosine"}, True, False)
+
+
+def test_plateaued_is_patience_steps_without_an_improvement():
+    from petab_sciml.fit.task import plateaued
+
+    trace = [10.0, 9.0, 8.95, 8.99, 9.5]
+    assert not plateaued(trace, 0, 0.0)                 # off
+    assert not plateaued(trace[:2], 2, 0.0)             # too few losses yet
+    assert plateaued(trace, 2, 0.0)                     # 8.99, 9.5 not below 8.95
+    assert not plateaued(trace, 3, 0.0)                 # 8.95 was below 9.0
+    assert plateaued(trace, 3, 0.1)                     # ... but not by more than 0.1
+    assert not plateaued(trace[:4] + [8.0], 2, 0.5)     # 8.0 < 8.95 - 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_patience_stops_each_start(backend, tmp_path):
+    """With a min_delta no step can beat, every start stops after its first loss and
+    ``patience`` more: it takes patience + 1 steps of the 20 asked for."""
+    pytest.importorskip(backend)
+    from petab_sciml.fit import fit
+
+    result = fit(EXAMPLE, backend=backend, starts=2, steps=20, lr=0.02, in_process=True,
+                 out=tmp_path / "fit", plots=False, progress=False, patience=2,
+                 min_delta=1e12)
+    for r in result.starts:
+        assert r.steps == 3 and r.trace.size == 3 and r.stopped_at == 0
+    loaded = FitResult.load(tmp_path / "fit" / "results.h5")
+    assert [r.steps for r in loaded.starts] == [3, 3]
