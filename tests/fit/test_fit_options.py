@@ -58,7 +58,8 @@ def test_solver_tolerances_and_nominal_start_from_the_command_line(backend, tmp_
 
 def test_a_fit_recorded_before_the_options_resumes_as_one_without_them(tmp_path):
     """fit.json files from before the options (no ``start_from_nominal``, ``schedule``,
-    ``lr_decay``) resume as fits without them, and are refused with them."""
+    ``lr_decay``, ``patience``, ``min_delta``) resume as fits without them, and are
+    refused with them."""
     from petab_sciml.fit import FitError, _prepare_out
 
     settings = {"problem": str(EXAMPLE), "backend": "jax", "optimizer": "adam", "lr": 0.02,
@@ -66,12 +67,15 @@ def test_a_fit_recorded_before_the_options_resumes_as_one_without_them(tmp_path)
     out = tmp_path / "fit"
     out.mkdir()
     (out / "fit.json").write_text(json.dumps(settings))
-    now = {**settings, "start_from_nominal": False, "schedule": "constant", "lr_decay": None}
+    now = {**settings, "start_from_nominal": False, "schedule": "constant", "lr_decay": None,
+           "patience": 0, "min_delta": 0.0}
     assert _prepare_out(out, now, True, False) == out / "checkpoints"
     with pytest.raises(FitError, match="start_from_nominal"):
         _prepare_out(out, {**now, "start_from_nominal": True}, True, False)
     with pytest.raises(FitError, match="schedule"):
         _prepare_out(out, {**now, "schedule": "cosine"}, True, False)
+    with pytest.raises(FitError, match="patience"):
+        _prepare_out(out, {**now, "patience": 5}, True, False)
 
 
 def test_plateaued_is_patience_steps_without_an_improvement():
