@@ -40,6 +40,11 @@ SETTINGS = ("backend", "optimizer", "lr", "seed", "starts", "batch", "options",
             "start_from_nominal", "schedule", "lr_decay", "patience", "min_delta")
 """Settings a resumed fit must share with the interrupted one (``steps`` may grow)."""
 
+LATER_SETTINGS = {"start_from_nominal": False, "schedule": "constant", "lr_decay": None,
+                  "patience": 0, "min_delta": 0.0}
+"""Settings added after the first fits were recorded, with the value a record without
+them means."""
+
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 """Without a terminal, a start's progress line is printed at least this often (seconds),
@@ -71,10 +76,9 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     fallen below its best by more than ``min_delta`` for that many steps
     (:func:`~petab_sciml.fit.task.plateaued`); ``start_from_nominal``: start 0 begins
     at the problem's nominal values (parameter table and array files) instead of a draw;
-    ``progress``: show every start's loss (a
-    live table on a terminal; elsewhere a plain line per start every
-    ``progress_every_s`` seconds and every tenth of the steps); ``options``: the
-    backend's simulation options.
+    ``progress``: show every start's loss (a live table on a terminal; elsewhere a
+    plain line per start every ``progress_every_s`` seconds and every tenth of the
+    steps); ``options``: the backend's simulation options.
     """
     from petab_sciml.problem import load_problem
 
@@ -125,8 +129,9 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     tasks = [FitTask(str(path), backend, list(range(a, min(a + batch, starts))),
                      vectors[a: a + batch], seed, optimizer, lr, steps, dict(options),
                      str(checkpoints) if checkpoints else None, checkpoint_every, resume,
-                     trust_code, run_id, schedule, 1.0 if lr_decay is None else lr_decay,
-                     patience, min_delta)
+                     trust_code, run_id, schedule=schedule,
+                     lr_decay=1.0 if lr_decay is None else lr_decay, patience=patience,
+                     min_delta=min_delta)
              for a in range(0, starts, batch)]
 
     _check_resume(backend, tasks)
@@ -179,11 +184,7 @@ def _prepare_out(out: Path | None, settings: dict, resume: bool, force: bool) ->
             check_fit_folder(out, force=False)
         if not os.path.lexists(record):
             raise FitError(f"nothing to resume: {record} does not exist", file=record)
-        saved = read_fit_record(record)
-        # fits recorded before these options
-        for key, default in (("start_from_nominal", False), ("schedule", "constant"),
-                             ("lr_decay", None), ("patience", 0), ("min_delta", 0.0)):
-            saved.setdefault(key, default)
+        saved = {**LATER_SETTINGS, **read_fit_record(record)}   # older records lack some
         diff = [k for k in SETTINGS if saved.get(k) != settings[k]]
         if diff:
             raise FitError("resume with the settings of the interrupted fit; these differ: "
