@@ -29,7 +29,7 @@ from petab_sciml.errors import PetabSciMLError
 from petab_sciml.fit.results import FitResult, parameter_layout, summary_table
 from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES, FitTask
 
-__all__ = ["FitError", "FitResult", "fit"]
+__all__ = ["FitError", "FitResult", "fit", "learned_terms"]
 
 
 class FitError(PetabSciMLError):
@@ -250,6 +250,64 @@ def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
         for name, fig in figures.fits(plan, evaluation, plot_dir, dense=dense).items():
             result.files[name] = plot_dir / f"{name}.png"
             plt.close(fig)
+        for name, fig in figures.learned_terms(learned_terms(problem, simulator, best.w),
+                                               plot_dir).items():
+            result.files[name] = plot_dir / f"{name}.png"
+            plt.close(fig)
+
+
+def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str, Any]]:
+    """What each network inside the model learned, for plots: every network evaluated
+    in the ODE or the observables with one input argument of 1 or 2 elements (others
+    are left out), over the range its inputs take along the dense simulation of ``w``.
+
+    Per network: ``id``, ``inputs`` (the input formulas), ``seen`` (the inputs along the
+    trajectories, ``(times, k)``), ``axes`` (k grids over their ranges), ``outputs``
+    (``{output id: values on the grid}``, shape ``(len(axes[0]),)`` or
+    ``(len(axes[1]), len(axes[0]))``).  A warning says why when it cannot be computed."""
+    import warnings
+
+    from petab_sciml.simulation.dense import dense_plan
+    from petab_sciml.simulation.objective import Simulator
+    from petab_sciml.simulation.plan import SimulationError
+
+    plan = problem.plan
+    nets = [n for n in plan.networks if (n.in_rhs or n.in_observables)
+            and len(n.inputs) == 1 and n.inputs[0].kind == "elements"
+            and len(n.input_exprs) in (1, 2)]
+    if not nets:
+        return []
+    extra = {f"__input_{n.id}_{k}": str(e) for n in nets for k, e in enumerate(n.input_exprs)}
+    try:
+        grid_plan = dense_plan(problem.data, plan, observables=extra)
+        ev = Simulator(grid_plan, problem.backend_name,
+                       **simulator.options).evaluate(w, grad=False)
+    except SimulationError as exc:
+        warnings.warn(f"fit plots: no learned-term plot ({exc})", stacklevel=2)
+        return []
+    if not ev.ok:
+        warnings.warn(f"fit plots: no learned-term plot ({ev.reason})", stacklevel=2)
+        return []
+    m, values, backend = grid_plan.measurements, plan.unpack(w)["nets"], problem.backend
+    terms = []
+    for n in nets:
+        k = len(n.input_exprs)
+        seen = np.stack([ev.simulations[m.observable == grid_plan.observable_ids.index(
+            f"__input_{n.id}_{i}")] for i in range(k)], axis=1)
+        axes = [np.linspace(seen[:, i].min(), seen[:, i].max(), 200 if k == 1 else 80)
+                for i in range(k)]
+        points = (axes[0][:, None] if k == 1 else
+                  np.stack([g.ravel() for g in np.meshgrid(*axes)], axis=1))
+        model = backend.set_parameters(backend.build(n.network, dtype="float64"),
+                                       values[n.id])
+        outs = [np.asarray(o).reshape(points.shape[0], -1)
+                for o in backend.forward(model, [points])]
+        shape = (axes[0].size,) if k == 1 else (axes[1].size, axes[0].size)
+        outputs = {oid: outs[arg][:, 0 if index is None else int(np.ravel(index)[0])]
+                   .reshape(shape) for oid, (arg, index) in zip(n.output_ids, n.output_index)}
+        terms.append({"id": n.id, "inputs": [str(e) for e in n.input_exprs], "seen": seen,
+                      "axes": axes, "outputs": outputs})
+    return terms
 
 
 def _dense_simulation(problem: Any, simulator: Any, w: np.ndarray) -> tuple[Any, Any] | None:

@@ -7,7 +7,9 @@
 * :func:`fits`: for every experiment, one column per observable measured in it: the
   measurements, the simulation at the best start, and the noise model's band (mean +- one
   sigma; on the transformed scale for log-transformed observables), with the residuals
-  below.
+  below;
+* :func:`learned_terms`: what each network inside the model learned, over the range of
+  inputs its trajectories reach.
 """
 
 from __future__ import annotations
@@ -142,6 +144,44 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
             res_ax.set_ylabel("residual / sd" if sigma is not None else "residual")
         fig.tight_layout()
         name = f"fit_{exp_id or 'default'}"
+        if folder is not None:
+            _save(fig, Path(folder) / f"{name}.png")
+        figures[name] = fig
+    return figures
+
+
+def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None = None
+                  ) -> dict[str, Any]:
+    """One figure per network (``term_<network>.png``) from
+    :func:`petab_sciml.fit.learned_terms`, one panel per output: against one input a
+    line, with the input values the trajectories reach marked below it; against two a
+    heat map, with the trajectories drawn over it."""
+    plt = _pyplot()
+    figures = {}
+    for term in terms:
+        outputs, axes, seen = term["outputs"], term["axes"], term["seen"]
+        fig, panels = plt.subplots(1, len(outputs), figsize=(4.8 * len(outputs), 3.9),
+                                   squeeze=False)
+        for ax, (oid, values) in zip(panels[0], outputs.items()):
+            if len(axes) == 1:
+                ax.plot(axes[0], values, "-", color="C1", label=oid)
+                ax.plot(seen[:, 0], np.full(seen.shape[0], values.min()), "|", color="C0",
+                        alpha=0.4, label="inputs reached")
+                ax.set_xlabel(term["inputs"][0])
+                ax.set_ylabel(oid)
+                ax.legend(fontsize="small")
+            else:
+                mesh = ax.pcolormesh(axes[0], axes[1], values, shading="auto",
+                                     cmap="viridis")
+                fig.colorbar(mesh, ax=ax, label=oid)
+                ax.plot(seen[:, 0], seen[:, 1], "-", color="white", linewidth=1.0,
+                        label="trajectories")
+                ax.set_xlabel(term["inputs"][0])
+                ax.set_ylabel(term["inputs"][1])
+                ax.legend(fontsize="small", loc="upper right")
+            ax.set_title(f"{term['id']}: {oid}")
+        fig.tight_layout()
+        name = f"term_{term['id']}"
         if folder is not None:
             _save(fig, Path(folder) / f"{name}.png")
         figures[name] = fig

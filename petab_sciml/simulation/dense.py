@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -26,23 +27,30 @@ DENSE_POINTS = 500
 """Evenly spaced times per (experiment, observable)."""
 
 
-def dense_plan(data: Any, plan: SimulationPlan, n: int = DENSE_POINTS) -> SimulationPlan:
+def dense_plan(data: Any, plan: SimulationPlan, n: int = DENSE_POINTS,
+               observables: Mapping[str, str] | None = None) -> SimulationPlan:
     """The plan of ``data`` (a loaded problem's ``problem.data``, whose plan is ``plan``)
     with dense measurement times; raises :class:`SimulationError` if its ``w`` would not
-    have ``plan``'s layout."""
+    have ``plan``'s layout.  ``observables``: more observables, ``{id: formula}`` (of
+    states, parameters and time), simulated at each experiment's dense times too
+    (e.g. a network's inputs along the trajectory)."""
     from petab_sciml.problem.tables import Row, Table
     from petab_sciml.simulation.builder import build_plan
 
     tables = data.context.tables.get("measurement", [])
     if not tables:
         raise SimulationError("the problem has no measurement table")
-    rows = _dense_rows(plan, tables, n)
+    rows = _dense_rows(plan, tables, n, observables or {})
     first = tables[0]
     dense_table = Table(kind="measurement", path=first.path, file=f"{first.file} (dense)",
                         columns=list(first.columns),
                         rows=[Row(line=i + 2, cells=cells) for i, cells in enumerate(rows)])
     context = copy.copy(data.context)
     context.tables = {**data.context.tables, "measurement": [dense_table]}
+    if observables:
+        context.tables["observable"] = [
+            *data.context.tables.get("observable", []),
+            _observable_table(data.context.tables.get("observable", []), observables)]
     dense = build_plan(dataclasses.replace(data, context=context))
     if dense.mech_ids != plan.mech_ids or dense.n_w != plan.n_w:
         raise SimulationError("the dense plan's parameters differ from the problem's "
@@ -51,7 +59,27 @@ def dense_plan(data: Any, plan: SimulationPlan, n: int = DENSE_POINTS) -> Simula
     return dense
 
 
-def _dense_rows(plan: SimulationPlan, tables: list, n: int) -> list[dict[str, str]]:
+def _observable_table(tables: list, observables: Mapping[str, str]) -> Any:
+    """A table of the extra observables (noise 1, normal, no placeholders)."""
+    from petab_sciml.problem.tables import Row, Table
+
+    if not tables:
+        raise SimulationError("the problem has no observable table")
+    first = tables[0]
+    blank = dict.fromkeys(first.columns, "")
+    rows = [Row(line=i + 2, cells={**blank, "observableId": oid, "observableFormula": formula,
+                                   "noiseFormula": "1",
+                                   **({"noiseDistribution": "normal"}
+                                      if "noiseDistribution" in blank else {}),
+                                   **({"observableTransformation": "lin"}
+                                      if "observableTransformation" in blank else {})})
+            for i, (oid, formula) in enumerate(observables.items())]
+    return Table(kind="observable", path=first.path, file="(extra observables)",
+                 columns=list(first.columns), rows=rows)
+
+
+def _dense_rows(plan: SimulationPlan, tables: list, n: int,
+                observables: Mapping[str, str]) -> list[dict[str, str]]:
     templates: dict[tuple[str, str], dict[str, str]] = {}
     times: dict[tuple[str, str], list[float]] = {}
     for table in tables:
@@ -64,12 +92,23 @@ def _dense_rows(plan: SimulationPlan, tables: list, n: int) -> list[dict[str, st
             times.setdefault(key, []).append(time)
     starts = {e.id: _start(e) for e in plan.experiments}
     rows: list[dict[str, str]] = []
+    spans: dict[str, np.ndarray] = {}
     for key, template in templates.items():
         measured = np.asarray(times[key])
         lo = min(starts.get(key[0], measured.min()), measured.min())
         grid = np.union1d(np.linspace(lo, measured.max(), n), measured)
+        spans[key[0]] = np.union1d(spans.get(key[0], grid), grid)
         for t in grid:
             rows.append({**template, "time": repr(float(t))})
+    # the extra observables at all of each experiment's times, without overrides
+    for (eid, _), template in templates.items():
+        if eid not in spans:
+            continue
+        for extra in observables:
+            blank = {**dict.fromkeys(template, ""), "experimentId": eid,
+                     "observableId": extra, "measurement": "0"}
+            rows += [{**blank, "time": repr(float(t))} for t in spans[eid]]
+        del spans[eid]
     return rows
 
 

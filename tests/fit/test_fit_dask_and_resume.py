@@ -308,7 +308,27 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         np.testing.assert_allclose(markers.get_ydata(), evaluation.simulations[idx],
                                    rtol=1e-12)
     plt.close(fig)
-    for name in ("waterfall", "loss", "fit_lv_experiment"):
+    # the learned term: net1(prey, predator) -> gamma as a heat map over the range the
+    # trajectories reach, each value the PyTorch network's at that grid point
+    pytest.importorskip("torch")
+    from petab_sciml.backends.torch import BACKEND as TORCH
+    from petab_sciml.fit import learned_terms
+
+    (term,) = learned_terms(problem, problem.simulator(cache=False), in_process.best.w)
+    assert term["inputs"] == ["prey", "predator"] and list(term["outputs"]) == ["net1_gamma"]
+    prey = grid.measurements.observable == grid.observable_ids.index("prey_obs")
+    np.testing.assert_allclose(term["seen"][:, 0], dense_ev.simulations[prey], rtol=1e-12)
+    fig = plots.learned_terms([term])["term_net1"]
+    mesh = fig.axes[0].collections[0]
+    xs, ys = np.meshgrid(*term["axes"])
+    torch_net = TORCH.set_parameters(TORCH.build(plan.networks[0].network, dtype="float64"),
+                                     plan.unpack(in_process.best.w)["nets"]["net1"])
+    (want,) = TORCH.forward(torch_net, [np.stack([xs.ravel(), ys.ravel()], axis=1)])
+    np.testing.assert_allclose(np.asarray(mesh.get_array()).ravel(),
+                               np.asarray(want).ravel(), rtol=1e-12)
+    assert xs.min() == term["seen"][:, 0].min() and ys.max() == term["seen"][:, 1].max()
+    plt.close(fig)
+    for name in ("waterfall", "loss", "fit_lv_experiment", "term_net1"):
         assert files[name].stat().st_size > 1000
 
 
