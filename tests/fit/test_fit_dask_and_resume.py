@@ -35,6 +35,7 @@ from click.testing import CliRunner  # noqa: E402
 from petab_sciml.cli import main  # noqa: E402
 from petab_sciml.fit import FitError, FitResult, fit  # noqa: E402
 from petab_sciml.problem import load_problem  # noqa: E402
+from tests.support.fit_outputs import saved_values  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "lotka_volterra_ude" / "problem.yaml"
@@ -126,7 +127,7 @@ def test_in_process_local_cluster_and_scheduler_agree(in_process, tmp_path, jax_
         assert run.exit_code == 0, run.output
     summary = json.loads(run.stdout)
     np.testing.assert_allclose(summary["objectives"], in_process.objectives, rtol=1e-10)
-    saved = _saved_values(in_process.files["best"])
+    saved = saved_values(in_process.files["best"])
     assert set(summary["parameters"]) == set(saved)
     for name, value in saved.items():
         np.testing.assert_allclose(summary["parameters"][name], value, rtol=1e-10,
@@ -233,7 +234,7 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
             np.testing.assert_array_equal(a.optimizer_state[name], b.optimizer_state[name])
 
     _assert_named_as_saved(files["results"], best_yaml, in_process.best.start)
-    saved = _saved_values(best_yaml)
+    saved = saved_values(best_yaml)
     for named in (loaded.parameters(), in_process.parameters()):   # read back, in memory
         assert set(named) == set(saved)
         for name, value in saved.items():
@@ -332,36 +333,12 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
         assert files[name].stat().st_size > 1000
 
 
-def _saved_values(problem_yaml: Path) -> dict[str, np.ndarray]:
-    """What ``problem.save`` wrote, by name, read with h5py and csv alone: estimated
-    mechanistic parameters' nominal values, and every array of the trained parameters
-    file as ``net.parameters[layer].array``."""
-    import csv
-
-    import h5py
-    import yaml
-
-    config = yaml.safe_load(problem_yaml.read_text())
-    values = {}
-    for table in config["parameter_files"]:
-        with open(problem_yaml.parent / table, newline="") as f:
-            for row in csv.DictReader(f, delimiter="\t"):
-                if row.get("estimate", "").lower() == "true" and row["nominalValue"] != "array":
-                    values[row["parameterId"]] = np.float64(row["nominalValue"])
-    with h5py.File(problem_yaml.parent / "parameters_trained.hdf5", "r") as h5:
-        for net, layers in h5["parameters"].items():
-            for layer, arrays in layers.items():
-                for array, data in arrays.items():
-                    values[f"{net}.parameters[{layer}].{array}"] = data[()]
-    return values
-
-
 def _assert_named_as_saved(results: Path, best_yaml: Path, best: int) -> None:
     """``results.h5`` read by parameter name only (h5py, no code of ours) holds the
     values ``problem.save`` wrote for the best start, per start and in the table."""
     import h5py
 
-    saved = _saved_values(best_yaml)
+    saved = saved_values(best_yaml)
     with h5py.File(results, "r") as h5:
         named = h5[f"starts/{best}/parameters"]
         assert set(named) == set(saved)

@@ -54,6 +54,15 @@ def test_solver_tolerances_and_nominal_start_from_the_command_line(backend, tmp_
                                 ).evaluate(plan.w0, grad=False).value
     assert start0.value == pytest.approx(asked, rel=1e-12)
     assert asked != default
+    # --json gives the best start's parameters by name, as problem.save writes them
+    from tests.support.fit_outputs import saved_values
+
+    summary = json.loads(run.stdout)
+    best = min(result.starts, key=lambda r: r.value)
+    saved = saved_values(problem.save(plan.unpack(best.w), tmp_path / "best"))
+    assert set(summary["parameters"]) == set(saved)
+    for name, value in saved.items():
+        np.testing.assert_array_equal(np.asarray(summary["parameters"][name]), value)
 
 
 def test_a_fit_recorded_before_the_options_resumes_as_one_without_them(tmp_path):
