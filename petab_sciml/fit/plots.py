@@ -150,21 +150,34 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
     return figures
 
 
-def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None = None
-                  ) -> dict[str, Any]:
+def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None = None,
+                  truth: dict[str, Any] | None = None) -> dict[str, Any]:
     """One figure per network (``term_<network>.png``) from
     :func:`petab_sciml.fit.learned_terms`, one panel per output: against one input a
     line, with the input values the trajectories reach marked below it; against two a
-    heat map, with the trajectories drawn over it."""
+    heat map, with the trajectories drawn over it.  ``truth``: ``{output id: f}``, the
+    true term where it is known (PEtab declares none), ``f(points)`` with ``points`` of
+    shape ``(n, inputs)``: drawn dashed against one input, as a second heat map of
+    learned - true against two."""
     plt = _pyplot()
+    truth = truth or {}
     figures = {}
     for term in terms:
         outputs, axes, seen = term["outputs"], term["axes"], term["seen"]
-        fig, panels = plt.subplots(1, len(outputs), figsize=(4.8 * len(outputs), 3.9),
+        panels_needed = len(outputs) + (len(axes) == 2) * sum(o in truth for o in outputs)
+        fig, panels = plt.subplots(1, panels_needed, figsize=(4.8 * panels_needed, 3.9),
                                    squeeze=False)
-        for ax, (oid, values) in zip(panels[0], outputs.items()):
+        panel = iter(panels[0])
+        points = (axes[0][:, None] if len(axes) == 1 else
+                  np.stack([g.ravel() for g in np.meshgrid(*axes)], axis=1))
+        for oid, values in outputs.items():
+            ax = next(panel)
+            true = (np.asarray(truth[oid](points), float).reshape(values.shape)
+                    if oid in truth else None)
             if len(axes) == 1:
                 ax.plot(axes[0], values, "-", color="C1", label=oid)
+                if true is not None:
+                    ax.plot(axes[0], true, "--", color="0.3", label="true")
                 ax.plot(seen[:, 0], np.full(seen.shape[0], values.min()), "|", color="C0",
                         alpha=0.4, label="inputs reached")
                 ax.set_xlabel(term["inputs"][0])
@@ -179,6 +192,17 @@ def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None 
                 ax.set_xlabel(term["inputs"][0])
                 ax.set_ylabel(term["inputs"][1])
                 ax.legend(fontsize="small", loc="upper right")
+                if true is not None:
+                    diff_ax = next(panel)
+                    diff = values - true
+                    span = float(np.max(np.abs(diff))) or 1.0
+                    mesh = diff_ax.pcolormesh(axes[0], axes[1], diff, shading="auto",
+                                              cmap="RdBu_r", vmin=-span, vmax=span)
+                    fig.colorbar(mesh, ax=diff_ax, label=f"{oid} - true")
+                    diff_ax.plot(seen[:, 0], seen[:, 1], "-", color="0.2", linewidth=1.0)
+                    diff_ax.set_xlabel(term["inputs"][0])
+                    diff_ax.set_ylabel(term["inputs"][1])
+                    diff_ax.set_title(f"{term['id']}: learned - true")
             ax.set_title(f"{term['id']}: {oid}")
         fig.tight_layout()
         name = f"term_{term['id']}"

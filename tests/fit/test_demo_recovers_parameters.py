@@ -21,7 +21,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lotka_volterra_ude
 sys.path.insert(0, str(EXAMPLE))
 
 from make_example import TRUE  # noqa: E402
-from report import network_term_rms  # noqa: E402
+from report import network_term_rms, plot_learned_term  # noqa: E402
 
 
 @pytest.mark.slow
@@ -40,3 +40,12 @@ def test_best_start_recovers_the_example(tmp_path):
                                    "bias": np.log(np.expm1([TRUE["gamma"]]))}}}})
     assert result.best.value < problem.objective(truth) + 1.0
     assert network_term_rms(best) < 0.1
+    # the learned-term plot with the truth: learned gamma, then learned - 0.8, on a
+    # grid over the range the trajectories reach
+    fig = plot_learned_term(tmp_path / "fit")
+    learned, diff = (ax.collections[0].get_array() for ax in fig.axes
+                     if ax.get_title().startswith("net1"))
+    np.testing.assert_allclose(np.asarray(diff), np.asarray(learned) - TRUE["gamma"],
+                               rtol=0, atol=1e-15)
+    assert np.max(np.abs(np.asarray(diff))) < 0.2
+    assert (tmp_path / "fit" / "plots" / "term_net1.png").stat().st_size > 1000
