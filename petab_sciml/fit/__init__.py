@@ -247,13 +247,25 @@ def _write_outputs(problem: Any, simulator: Any, result: FitResult, out: Path,
             result.files[name] = path
         evaluation = simulator.evaluate(best.w, grad=False)
         dense = _dense_simulation(problem, simulator, best.w)
-        for name, fig in figures.fits(plan, evaluation, plot_dir, dense=dense).items():
+        for name, fig in figures.fits(plan, evaluation, plot_dir, dense=dense,
+                                      units=model_units(problem)).items():
             result.files[name] = plot_dir / f"{name}.png"
             plt.close(fig)
         for name, fig in figures.learned_terms(learned_terms(problem, simulator, best.w),
                                                plot_dir).items():
             result.files[name] = plot_dir / f"{name}.png"
             plt.close(fig)
+
+
+def model_units(problem: Any) -> tuple[str | None, dict[str, str]]:
+    """``(time unit, {observable id: unit})`` where the problem's SBML model declares
+    them (:mod:`petab_sciml.sbml_units`)."""
+    from petab_sciml.sbml_units import declared_units, observable_units
+
+    config = problem.data.config
+    entry = next(iter(config.model_files.values()))
+    time, units = declared_units(config.resolve(entry["location"]))
+    return time, observable_units(problem.plan, units)
 
 
 def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str, Any]]:

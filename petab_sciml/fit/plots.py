@@ -94,7 +94,8 @@ def loss_curves(result: Any, path: str | os.PathLike | None = None):
 
 
 def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
-         dense: tuple[Any, Any] | None = None) -> dict[str, Any]:
+         dense: tuple[Any, Any] | None = None,
+         units: tuple[str | None, dict[str, str]] | None = None) -> dict[str, Any]:
     """One figure per experiment (``fit_<experiment>.png``), one column per observable
     measured in it: on top the measurements, the simulation and the noise band of
     ``evaluation`` (a ``Simulator.evaluate`` result); below, the residuals (measurement -
@@ -102,8 +103,11 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
     deviation when there is one) with the +-1 band.  ``dense``: ``(plan, evaluation)``
     of the same parameters on a dense time grid
     (:func:`petab_sciml.simulation.dense.dense_plan`), drawn as the simulation curve;
-    without it the simulation is drawn at the measurement times."""
+    without it the simulation is drawn at the measurement times.  ``units``: ``(time
+    unit, {observable id: unit})`` for the axis labels, where the model declares them
+    (:mod:`petab_sciml.sbml_units`)."""
     plt = _pyplot()
+    time_unit, obs_units = units or (None, {})
     m = plan.measurements
     sims = np.asarray(evaluation.simulations, float)
     sigma = np.asarray(evaluation.sigma, float) if evaluation.sigma is not None else None
@@ -131,8 +135,9 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
             if sigma is not None:
                 lo, hi = _band(sim, sigma[idx], m.transform[idx])
                 ax.fill_between(t, lo, hi, color="C1", alpha=0.25, label="noise model (1 sd)")
-            ax.set_title(f"{plan.observable_ids[o]} ({exp_id or 'no experiment'})")
-            ax.set_ylabel(plan.observable_ids[o])
+            oid = plan.observable_ids[o]
+            ax.set_title(f"{oid} ({exp_id or 'no experiment'})")
+            ax.set_ylabel(_label(oid, obs_units.get(oid)))
             ax.legend(fontsize="small")
             res = residuals(data, sim, None if sigma is None else sigma[idx],
                             m.transform[idx])
@@ -140,7 +145,7 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
             if sigma is not None:
                 res_ax.axhspan(-1.0, 1.0, color="C1", alpha=0.15)
             res_ax.plot(t, res, "o", color="C0", markersize=4)
-            res_ax.set_xlabel("time")
+            res_ax.set_xlabel(_label("time", time_unit))
             res_ax.set_ylabel("residual / sd" if sigma is not None else "residual")
         fig.tight_layout()
         name = f"fit_{exp_id or 'default'}"
@@ -226,6 +231,10 @@ def _dense_curve(dense: tuple[Any, Any] | None, exp_id: str, obs_id: str
                          & (m.observable == plan.observable_ids.index(obs_id)))
     idx = idx[np.argsort(m.time[idx], kind="stable")]
     return m.time[idx], np.asarray(evaluation.simulations, float)[idx]
+
+
+def _label(name: str, unit: str | None) -> str:
+    return f"{name} [{unit}]" if unit else name
 
 
 def residuals(data: np.ndarray, sim: np.ndarray, sigma: np.ndarray | None,

@@ -290,6 +290,15 @@ def test_outputs_best_problem_results_file_and_plots(in_process):
                                    (m.value[idx] - evaluation.simulations[idx]) / 0.05,
                                    rtol=1e-12)
     plt.close(fig)
+    # units where the model declares them (the example declares none)
+    from petab_sciml.fit import model_units
+
+    assert model_units(problem) == (None, {})
+    fig = plots.fits(plan, evaluation, units=("day", {"prey_obs": "mmol"}))[
+        "fit_lv_experiment"]
+    assert [ax.get_ylabel() for ax in fig.axes[:2]] == ["prey_obs [mmol]", "predator_obs"]
+    assert fig.axes[2].get_xlabel() == "time [day]"
+    plt.close(fig)
     # with a dense simulation: the curve on >= 500 times from 0 to the last measurement,
     # through the simulated values at the measurement times (drawn as markers)
     from petab_sciml.simulation.dense import dense_plan
