@@ -167,7 +167,10 @@ def _train_one(task: FitTask, i: int, hooks: Hooks) -> StartResult:
     module.eval()
     with torch.no_grad():
         out = module.evaluate()
-    state = {f"{k}.{name}": np.asarray(v.detach().cpu().numpy() if torch.is_tensor(v) else v)
+    # the optimizer state by parameter name (torch.optim numbers the parameters)
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    state = {f"{names[k]}.{name}": np.asarray(v.detach().cpu().numpy() if torch.is_tensor(v)
+                                              else v)
              for k, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
     return StartResult(start, np.asarray(trace, np.float64), float(out["value"]),
                        plan.pack(module.values()), module.mech.detach().numpy().copy(),

@@ -396,6 +396,11 @@ def test_torch_fit_follows_torch_optim(tmp_path):
             trace.append(loss.item())
         np.testing.assert_allclose(r.trace, trace, rtol=1e-10)
         np.testing.assert_allclose(r.w, problem.plan.pack(module.values()), rtol=1e-10)
+        # the optimizer state by parameter name, as torch.optim holds it
+        for name, p in module.named_parameters():
+            if p.requires_grad:
+                np.testing.assert_allclose(r.optimizer_state[f"{name}.exp_avg_sq"],
+                                           opt.state[p]["exp_avg_sq"].numpy(), rtol=1e-8)
     # by name, as the JAX fit writes them (test_outputs_best_problem_results_file_and_plots)
     best_yaml = problem.save(problem.plan.unpack(result.best.w), tmp_path / "best")
     _assert_named_as_saved(tmp_path / "torch" / "results.h5", best_yaml, result.best.start)
