@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -99,13 +100,14 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
 
     if as_json:
         click.echo(json.dumps({
-            "best": result.best.start, "objectives": result.objectives.tolist(),
+            "best": result.best.start,
+            "objectives": [_number(v) for v in result.objectives.tolist()],
             "parameters": {k: v.tolist() for k, v in result.parameters().items()},
-            "starts": [{"start": r.start, "objective": r.value, "steps": r.steps,
+            "starts": [{"start": r.start, "objective": _number(r.value), "steps": r.steps,
                         "seconds": r.seconds, "ok": r.ok}
                        for r in sorted(result.starts, key=lambda r: r.start)],
             "files": {k: str(v) for k, v in result.files.items()},
-            "seconds": result.settings.get("seconds")}, indent=2))
+            "seconds": result.settings.get("seconds")}, indent=2, allow_nan=False))
         return
     problem_obj = load_problem(problem, backend=backend, trust_code=trust_code)
     print_summary(result, problem_obj, Console())
@@ -115,6 +117,11 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
     for name, path in result.files.items():
         if name not in ("results", "best"):
             click.echo(f"plot:     {path}")
+
+
+def _number(value: float) -> float | None:
+    """A JSON number; None (null) for a start whose objective is not finite."""
+    return value if math.isfinite(value) else None
 
 
 def _simulation_options(backend: str, solver: str | None, rtol: float | None,
