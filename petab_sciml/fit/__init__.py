@@ -274,7 +274,8 @@ def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str,
     are left out), over the range its inputs take along the dense simulation of ``w``.
 
     Per network: ``id``, ``inputs`` (the input formulas), ``seen`` (the inputs along the
-    trajectories, ``(times, k)``), ``axes`` (k grids over their ranges), ``outputs``
+    trajectories, ``(times, k)``), ``axes`` (k grids over their ranges), ``points``
+    (the grid's points, ``(n, k)``, the first axis fastest), ``outputs``
     (``{output id: values on the grid}``, shape ``(len(axes[0]),)`` or
     ``(len(axes[1]), len(axes[0]))``).  A warning says why when it cannot be computed."""
     import warnings
@@ -318,7 +319,7 @@ def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str,
         outputs = {oid: outs[arg][:, 0 if index is None else int(np.ravel(index)[0])]
                    .reshape(shape) for oid, (arg, index) in zip(n.output_ids, n.output_index)}
         terms.append({"id": n.id, "inputs": [str(e) for e in n.input_exprs], "seen": seen,
-                      "axes": axes, "outputs": outputs})
+                      "axes": axes, "points": points, "outputs": outputs})
     return terms
 
 

@@ -147,11 +147,7 @@ def fits(plan: Any, evaluation: Any, folder: str | os.PathLike | None = None,
             res_ax.plot(t, res, "o", color="C0", markersize=4)
             res_ax.set_xlabel(_label("time", time_unit))
             res_ax.set_ylabel("residual / sd" if sigma is not None else "residual")
-        fig.tight_layout()
-        name = f"fit_{exp_id or 'default'}"
-        if folder is not None:
-            _save(fig, Path(folder) / f"{name}.png")
-        figures[name] = fig
+        _keep(figures, fig, f"fit_{exp_id or 'default'}", folder)
     return figures
 
 
@@ -173,11 +169,9 @@ def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None 
         fig, panels = plt.subplots(1, panels_needed, figsize=(4.8 * panels_needed, 3.9),
                                    squeeze=False)
         panel = iter(panels[0])
-        points = (axes[0][:, None] if len(axes) == 1 else
-                  np.stack([g.ravel() for g in np.meshgrid(*axes)], axis=1))
         for oid, values in outputs.items():
             ax = next(panel)
-            true = (np.asarray(truth[oid](points), float).reshape(values.shape)
+            true = (np.asarray(truth[oid](term["points"]), float).reshape(values.shape)
                     if oid in truth else None)
             if len(axes) == 1:
                 ax.plot(axes[0], values, "-", color="C1", label=oid)
@@ -209,12 +203,18 @@ def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None 
                     diff_ax.set_ylabel(term["inputs"][1])
                     diff_ax.set_title(f"{term['id']}: learned - true")
             ax.set_title(f"{term['id']}: {oid}")
-        fig.tight_layout()
-        name = f"term_{term['id']}"
-        if folder is not None:
-            _save(fig, Path(folder) / f"{name}.png")
-        figures[name] = fig
+        _keep(figures, fig, f"term_{term['id']}", folder)
     return figures
+
+
+def _keep(figures: dict[str, Any], fig: Any, name: str,
+          folder: str | os.PathLike | None) -> None:
+    """Lay out ``fig``, save it as ``folder/<name>.png`` if a folder is given, and keep
+    it in ``figures`` under ``name``."""
+    fig.tight_layout()
+    if folder is not None:
+        _save(fig, Path(folder) / f"{name}.png")
+    figures[name] = fig
 
 
 def _dense_curve(dense: tuple[Any, Any] | None, exp_id: str, obs_id: str
