@@ -104,6 +104,7 @@ def test_names_leave_out_what_is_not_estimated(tmp_path) -> None:
 
 
 # ------------------------------------------------------------------------------ gradient
+@pytest.mark.slow
 def test_gradient_matches_finite_differences_on_parameter_scale(problem, tmp_path) -> None:
     yaml_path = _copy_with_parameters(tmp_path, {
         "alpha": "alpha\tlog10\t0.01\t15.0\t1.1\ttrue",
@@ -276,6 +277,7 @@ def test_validate_and_info_do_not_need_pypesto() -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
+@pytest.mark.slow
 def test_torch_objective_agrees_with_jax(problem) -> None:
     pytest.importorskip("torch")
     in_torch = pypesto_objective(load_problem(EXAMPLE / "problem.yaml", backend="torch"))

@@ -104,6 +104,7 @@ def jax_x64(request):
         jax.config.update("jax_enable_x64", previous)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, name, shapes", [(CONV_MLP, "Net", [(2, 3, 8, 8)]),
                                                 (UDE, "UDE", [(2,), (1,)])],
                          ids=["conv_mlp", "ude"])

@@ -205,6 +205,7 @@ def _export(module, x, path, **kwargs):
         logging.disable(logging.NOTSET)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 def test_fused_batchnorm_is_reported(dynamo: bool, tmp_path: Path):
     nn = torch.nn

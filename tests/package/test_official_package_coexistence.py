@@ -51,6 +51,7 @@ def test_suite_networks_round_trip_through_the_official_package(official_env, tm
     assert len(SUITE_NETS) >= 60
 
 
+@pytest.mark.slow
 @requires_suite
 def test_we_read_official_pytorch_exports(official_env, tmp_path):
     cases = ml_import_cases()
@@ -90,6 +91,7 @@ def _portable_jobs(tmp_path):
     return jobs, refused
 
 
+@pytest.mark.slow
 def test_official_reader_runs_our_portable_output(official_env, tmp_path):
     jobs, refused = _portable_jobs(tmp_path)
     results = official_env.run(jobs)

@@ -131,6 +131,7 @@ def test_upgraded_problem_is_valid(upgraded, name):
     assert report.plan is not None      # the SBML import and plan loading needs were run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 @pytest.mark.parametrize("name", NAMES)
 def test_upgraded_problem_objective_matches_scipy(upgraded, name, backend, tmp_path):

@@ -70,6 +70,7 @@ def test_cli_runs_suite_cases_with_json_and_exit_code(tmp_path):
     assert "FAIL" in failed.output and "llh: error 1.00e+00" in failed.output
 
 
+@pytest.mark.slow
 @requires_v2_suite
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_model_without_states(backend):
@@ -359,6 +360,7 @@ def _scipy_llh(folder: Path, model: str) -> float:
     return llh
 
 
+@pytest.mark.slow
 @requires_benchmark
 def test_crauste_llh_against_an_independent_solution():
     """Crauste_CellSystems2017 gives llh 1.24e-3 above ``reference.yaml`` at every

@@ -253,6 +253,7 @@ def test_jax_resume_of_an_untouched_checkpoint_works(problem, jax_fit, tmp_path)
     assert result.best.steps == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, words", [
     ("pickle", ["m0", "Python objects", "nothing unpickled"]),
     ("pickle_trace", ["trace", "Python objects"]),

@@ -169,6 +169,7 @@ def test_converting_refuses_without_trust(code_network: tuple[str, Path, Path],
     assert "--trust-code" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_converting_a_python_file_with_trust(tmp_path: Path) -> None:
     convert = pytest.importorskip("petab_sciml.convert")
     pytest.importorskip("torch")

@@ -90,6 +90,7 @@ def test_ko_objective_torch(tmp_path):
     assert _objective(KO.problem, "torch", tmp_path) == pytest.approx(KO.nll(), rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(not _gelu_inplace_accepted(), reason=GELU_INPLACE, strict=True)
 def test_ko_objective_jax(tmp_path):
     pytest.importorskip("scipy")

@@ -33,6 +33,7 @@ def _problems():
                                                 reason="official suite not found"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", list(_problems()))
 def test_dense_simulation_meets_the_problem_at_its_measurements(path):
     problem = load_problem(path, backend="jax")

@@ -24,6 +24,7 @@ import pytest
 
 libsbml = pytest.importorskip("libsbml")
 
+from tests.support.marks import slow_unless  # noqa: E402
 from tests.support.problems.models import (  # noqa: E402
     lv_sbml,
     write_one_observable_problem,
@@ -103,8 +104,12 @@ def simulator(path: Path, backend: str, **options):
     return problem, problem.simulator(**options)
 
 
-MODES = [("jax", "forward"), ("jax", "reverse"), ("jax", "forward-ad"), ("jax", "adjoint"),
-         ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")]
+# JAX compiles each mode (2-4 s): its default mode stays in `make test-fast`.
+MODES = slow_unless(
+    [("jax", "forward"), ("jax", "reverse"), ("jax", "forward-ad"), ("jax", "adjoint"),
+     ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")],
+    fast=[("jax", "forward"), ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")])
+BACKENDS = slow_unless(["jax", "torch"], fast=["torch"])
 
 
 @pytest.mark.parametrize(("backend", "sensitivity"), MODES)
@@ -122,7 +127,7 @@ def test_dose_at_a_parameter_time_value_and_gradient(tmp_path, backend, sensitiv
     np.testing.assert_allclose(ev.grad_flat[order], reference, rtol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("initial_value", [True, False])
 def test_trigger_true_at_the_start_fires_only_without_initial_value(tmp_path, backend,
                                                                     initial_value):
@@ -170,7 +175,7 @@ def compartment_problem(folder: Path, trigger: str) -> Path:
     })
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("trigger", ["time >= 10", "S >= 14"])
 def test_event_after_the_condition_at_the_same_time_keeps_amounts(tmp_path, backend,
                                                                   trigger):
@@ -248,7 +253,7 @@ def pre_equilibration_problem(folder: Path) -> Path:
     })
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_state_event_during_pre_equilibration(tmp_path, backend):
     _, sim = simulator(pre_equilibration_problem(tmp_path / "p"), backend)
     ev = sim.evaluate(grad=False)

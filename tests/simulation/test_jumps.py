@@ -21,6 +21,7 @@ pytest.importorskip("libsbml")
 
 from petab_sciml.expressions import TIME  # noqa: E402
 from petab_sciml.simulation.jumps import jump_time_exprs  # noqa: E402
+from tests.support.marks import slow_unless  # noqa: E402
 from tests.support.problems.models import lv_sbml, write_one_observable_problem  # noqa: E402
 
 X0, A, D, TAU = 2.0, 3.0, 0.7, 1.3
@@ -80,8 +81,11 @@ def test_jump_times_are_found_in_any_relation_form():
     assert jump_time_exprs([x * k], ("k",)) == ()
 
 
-MODES = [("jax", "forward"), ("jax", "reverse"), ("jax", "forward-ad"), ("jax", "adjoint"),
-         ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")]
+# JAX compiles each mode (2-4 s): its default mode stays in `make test-fast`.
+MODES = slow_unless(
+    [("jax", "forward"), ("jax", "reverse"), ("jax", "forward-ad"), ("jax", "adjoint"),
+     ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")],
+    fast=[("jax", "forward"), ("torch", "forward"), ("torch", "autograd"), ("torch", "adjoint")])
 
 
 @pytest.mark.parametrize(("backend", "sensitivity"), MODES)
@@ -125,9 +129,9 @@ def write_two_experiments(folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("backend", "sensitivity"), [("jax", "forward"), ("jax", "reverse"),
-                                                      ("torch", "forward"),
-                                                      ("torch", "autograd")])
+@pytest.mark.parametrize(("backend", "sensitivity"), slow_unless(
+    [("jax", "forward"), ("jax", "reverse"), ("torch", "forward"), ("torch", "autograd")],
+    fast=[("torch", "forward"), ("torch", "autograd")]))
 def test_experiments_with_their_own_jump_times_batched(tmp_path, backend, sensitivity):
     """Two experiments solved as one batch (JAX ``vmap``, PyTorch's batched loop), each
     split at its own jump time; one of them lies past the last measurement (no jump in

@@ -318,6 +318,7 @@ def test_dropout_column_only_in_training_mode(tmp_path):
 
 
 # --------------------------------------------------------------------------- PyTorch
+@pytest.mark.slow
 def test_torch_module_parameters_optimizer_and_dtype():
     problem = load_problem(EXAMPLE, backend="torch")
     module = problem.model(compile=False)

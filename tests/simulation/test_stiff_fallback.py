@@ -21,11 +21,13 @@ import pytest
 
 pytest.importorskip("libsbml")
 
-BACKENDS = ["jax", "torch"]
-CHOSEN = {"jax": {"solver": "dopri8"}, "torch": {"method": "dopri8"}}
-
+from tests.support.marks import slow_unless  # noqa: E402
 from tests.support.problems.models import lv_sbml, write_one_observable_problem  # noqa: E402
 from tests.support.suite import SUITE, requires_suite  # noqa: E402
+
+# Each solver choice compiles (JAX) or steps a stiff model eagerly (PyTorch), 2-11 s.
+BACKENDS = slow_unless(["jax", "torch"], fast=[])
+CHOSEN = {"jax": {"solver": "dopri8"}, "torch": {"method": "dopri8"}}
 
 pytestmark = pytest.mark.usefixtures("restore_x64")
 

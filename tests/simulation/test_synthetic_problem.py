@@ -312,6 +312,7 @@ def test_cross_process_cache_skips_tracing(decay_problem, tmp_path):
     assert b.value == a.value and np.array_equal(b.grad_flat, a.grad_flat)
 
 
+@pytest.mark.slow
 def test_frozen_parameters_get_no_gradient(decay_problem, tmp_path, cache_dir):
     folder = tmp_path / "frozen"
     shutil.copytree(decay_problem.parent, folder)

@@ -71,6 +71,7 @@ def test_values_equal_sympy(backend):
     np.testing.assert_allclose(got, _reference(FORMULAS, t, x, p), rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_gradients_equal_sympy_derivatives():
     """Reverse mode through the gathers and the row sums (PyTorch autograd and
     ``jax.grad``) equals sympy's derivative of each formula by each state."""
@@ -118,6 +119,7 @@ def _suite_case(name):
     return load_problem_case(SUITE / "test_cases" / "sciml_problem_import" / name)
 
 
+@pytest.mark.slow
 @requires_suite
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("case", ["001", "010"])

@@ -133,6 +133,7 @@ def test_stage_sums_replaced_only_while_our_solves_are_traced():
     assert [m.vector_tree_dot for m in (runge_kutta, dopri8, tsit5)] == originals
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["dopri8", pytest.param("tsit5", marks=FMA)])
 def test_diffeqsolve_with_ordered_sums_is_diffrax(solver):
     """The same solve, ordered sums or diffrax's own: equal to rounding (the solution of

@@ -189,6 +189,7 @@ def test_backend_gives_jax_one_cpu_device_per_core_by_default():
     assert got["split"] == ({"0": 2} if cores == 2 else {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, env", [
     ("nothing", {"JAX_NUM_CPU_DEVICES": "1"}),
     ("nothing", {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}),

@@ -42,6 +42,7 @@ def test_entry_header_round_trip_and_rejections():
             unpack_entry(data, key)
 
 
+@pytest.mark.slow
 def test_edit_to_nnef_folder_changes_the_key_and_the_objective(tmp_path):
     problem = make_problem(tmp_path)
     folder = problem.parent

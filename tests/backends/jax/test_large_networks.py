@@ -107,6 +107,7 @@ def widened(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sensitivity", ["forward", "reverse"])
 def test_objective_embeds_no_network_sized_constants(widened, sensitivity):
     from petab_sciml.problem import load_problem

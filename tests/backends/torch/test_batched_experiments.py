@@ -309,6 +309,7 @@ def test_scaled_lotka_volterra_autograd_through_batched_steps(scaled_lv):
     _agree(by_steps, alone.evaluate(w))
 
 
+@pytest.mark.slow
 def test_unrolled_and_looped_stages_take_the_same_steps():
     """``unroll_stages`` (compiled solves, issue 11): the while_loop solve with its stages
     unrolled or looped, run eagerly (no compilation: the same traced code), against the
@@ -387,6 +388,7 @@ def test_polynomial_formulas_against_the_compiled_ones():
     assert PolynomialFormula.build(wide[0], wide).selection == (0, None)
 
 
+@pytest.mark.slow
 def test_network_probe_falls_back_to_vmap(scaled_lv, monkeypatch):
     """A right-hand-side network is called once on the whole batch only where that gives
     what ``vmap`` over the rows gives: a (simulated) network that mixes rows fails the
