@@ -80,18 +80,29 @@ def make_implicit_solve(field: Field, rtol: float, atol: float, max_steps: int, 
     """``solve(y0, t0, t1, ts, args) -> (ys, y1, ok, n_steps)`` as
     :func:`petab_sciml.backends.torch.ode.make_solve` (eager); ``jacobian(t, y, args)``:
     ``d field / d y`` without gradient (default: one backward pass per state)."""
-    control = StepSizeController(_Method(), rtol, atol)
-    jac = jacobian or (lambda t, y, args: autograd_jacobian(field, t, y, args))
+    return ImplicitSolve(field, rtol, atol, max_steps, jacobian=jacobian)
 
-    def scale(y):
-        return atol + rtol * y.detach().abs()
 
-    def stage(t_i, explicit, h, lu, args):
+class ImplicitSolve:
+    """The Kvaerno5 solve of one ``field``: calling it solves (see
+    :func:`make_implicit_solve`)."""
+
+    def __init__(self, field: Field, rtol: float, atol: float, max_steps: int, *,
+                 jacobian: Callable[..., torch.Tensor] | None = None) -> None:
+        self.field, self.rtol, self.atol, self.max_steps = field, rtol, atol, max_steps
+        self.control = StepSizeController(_Method(), rtol, atol)
+        self.jac = jacobian or (lambda t, y, args: autograd_jacobian(field, t, y, args))
+
+    def scale(self, y: torch.Tensor) -> torch.Tensor:
+        return self.atol + self.rtol * y.detach().abs()
+
+    def stage(self, t_i, explicit, h, lu, args) -> tuple[torch.Tensor, bool]:
         """The stage ``z = explicit + h gamma f(t_i, z)``: ``(z, converged)``."""
+        field = self.field
         hg = h * GAMMA
         with torch.no_grad():
             z = explicit.detach() + hg.detach() * field(t_i, explicit.detach(), args)
-            w = scale(explicit)
+            w = self.scale(explicit)
             converged = False
             for _ in range(NEWTON_ITERATIONS):
                 residual = z - explicit.detach() - hg.detach() * field(t_i, z, args)
@@ -109,28 +120,29 @@ def make_implicit_solve(field: Field, rtol: float, atol: float, max_steps: int, 
         # exact matrix there, whose derivative is the implicit function theorem's
         n = z.shape[0]
         exact = torch.linalg.lu_factor(torch.eye(n, dtype=z.dtype, device=z.device)
-                                       - hg.detach() * jac(t_i, z, args))
+                                       - hg.detach() * self.jac(t_i, z, args))
         residual = z - explicit - hg * field(t_i, z, args)
         z = z - torch.linalg.lu_solve(*exact, residual[:, None])[:, 0]
         return z, converged
 
-    def step(t, y, f0, h, args):
+    def step(self, t, y, f0, h, args) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
         """One step: ``(y1, error, converged)``."""
         n = y.shape[0]
         lu = torch.linalg.lu_factor(torch.eye(n, dtype=y.dtype, device=y.device)
-                                    - (h * GAMMA).detach() * jac(t, y, args))
+                                    - (h * GAMMA).detach() * self.jac(t, y, args))
         ks = [f0]
         z = y
         for i in range(1, 7):
             explicit = y + h * sum(a * k for a, k in zip(A[i], ks, strict=True))
-            z, converged = stage(t + C[i] * h, explicit, h, lu, args)
+            z, converged = self.stage(t + C[i] * h, explicit, h, lu, args)
             if not converged:
                 return z, None, False
             ks.append((z - explicit) / (h * GAMMA))
         error = h * sum(b * k for b, k in zip(B_ERROR, ks, strict=True))
         return z, error, True
 
-    def solve(y0, t0, t1, ts, args):
+    def __call__(self, y0, t0, t1, ts, args) -> tuple[torch.Tensor, ...]:
+        field, control = self.field, self.control
         n_out = ts.shape[0]
         ok_true = torch.ones((), dtype=torch.bool, device=y0.device)
         if y0.shape[0] == 0:
@@ -140,7 +152,7 @@ def make_implicit_solve(field: Field, rtol: float, atol: float, max_steps: int, 
         h = control.initial_step(field, t0, y0.detach(), f.detach(), args).detach()
         t, y, outputs, k, n = t0.detach().clone(), y0, [], 0, 0
         good = bool(torch.isfinite(h)) and bool(torch.all(torch.isfinite(f)))
-        while good and (bool(t < t1) or k < n_out) and n < max_steps:
+        while good and (bool(t < t1) or k < n_out) and n < self.max_steps:
             target = ts[k].detach() if k < n_out else t1.detach()
             gap = target - t
             clipped = bool(gap <= h)
@@ -150,7 +162,7 @@ def make_implicit_solve(field: Field, rtol: float, atol: float, max_steps: int, 
                 outputs.append(y)
                 k += 1
                 continue
-            y1, error, converged = step(t, y, f, h_try, args)
+            y1, error, converged = self.step(t, y, f, h_try, args)
             if not converged:
                 h = h_try * 0.25
                 good = float(h) > 1e-14 * max(abs(float(t)), 1.0)
@@ -176,5 +188,3 @@ def make_implicit_solve(field: Field, rtol: float, atol: float, max_steps: int, 
                     torch.tensor(n))
         ys = torch.stack(outputs) if outputs else y0.new_zeros((0, y0.shape[0]))
         return ys, y, ok_true, torch.tensor(n)
-
-    return solve
