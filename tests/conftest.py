@@ -68,3 +68,30 @@ if os.environ.get("CI"):
 
 # The official petab_sciml package in a throw-away environment (session fixture).
 from tests.support.official_package import official_env  # noqa: E402, F401
+
+# The longest test modules first (seconds of one full run on 2 cores, 2026-12-06): each
+# pytest-xdist worker takes whole modules (``--dist loadfile``), and xdist's default
+# order (most tests first) left modules of a few long tests, such as the fit's Dask and
+# signal tests, to the end, where one worker ran them while the other had finished.
+# Longest first shortens that tail.  The list only orders: a stale one costs time, never
+# a result.  The Makefile passes ``--no-loadscope-reorder`` so that xdist keeps it.
+LONGEST_MODULES_FIRST = (
+    "tests/simulation/test_native_model.py",                # 216 s
+    "tests/backends/jax/test_batched_experiments.py",       # 171 s
+    "tests/fit/test_fit_dask_and_resume.py",                # 161 s
+    "tests/problem/test_petab_v2_problems.py",              # 152 s
+    "tests/security/test_hostile_inputs.py",                # 149 s
+    "tests/backends/jax/test_networks.py",                  # 127 s
+    "tests/simulation/test_official_suite.py",              # 122 s
+    "tests/backends/jax/test_experiment_devices.py",        # 117 s
+    "tests/simulation/test_steady_state.py",                # 114 s
+    "tests/fit/test_fit_stop_signals.py",                   # 87 s
+    "tests/security/test_fit_checkpoints.py",               # 72 s
+    "tests/backends/torch/test_batched_experiments.py",     # 58 s
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {module: i for i, module in enumerate(LONGEST_MODULES_FIRST)}
+    last = len(LONGEST_MODULES_FIRST)
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], last))   # stable
