@@ -58,6 +58,12 @@ class Backend(Protocol):
         """Mean of ``passes`` training-mode forward passes, each with fresh dropout masks
         (the official suite's rule for stochastic networks)."""
 
+    def forward_each(self, model: Any, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Evaluate the network (inference mode) at each of many points: every input has
+        a leading axis of points, the rest one input's shape; outputs have it too.  The
+        network sees one point at a time (its operations need not batch, e.g. a ``cat``
+        along dimension 0), vectorised as the framework does it."""
+
     def gradients(self, model: Any, inputs: Sequence[np.ndarray], *, train: bool = False,
                   seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Gradient of ``sum(all outputs)`` with respect to every trainable array."""

@@ -275,6 +275,13 @@ class JaxBackend:
                                                     _key(model, seed))
         return tuple(np.asarray(o) for o in outputs)
 
+    def forward_each(self, model: JaxNet, inputs: Sequence[np.ndarray]
+                     ) -> tuple[np.ndarray, ...]:
+        xs = _inputs(model, inputs)
+        outputs = jax.vmap(lambda *x: tuple(model.eval_fn(model.params, model.buffers, x))
+                           )(*xs)
+        return tuple(np.asarray(o) for o in outputs)
+
     def mean_forward(self, model: JaxNet, inputs: Sequence[np.ndarray], *, passes: int,
                      seed: int = 0) -> tuple[np.ndarray, ...]:
         """Mean of each output over ``passes`` training-mode passes with distinct dropout

@@ -131,6 +131,12 @@ class TorchBackend:
 
         return forward_numpy(model, inputs, train=train, seed=seed)
 
+    def forward_each(self, model: Any, inputs: Sequence[np.ndarray]
+                     ) -> tuple[np.ndarray, ...]:
+        from petab_sciml.backends.torch.build import forward_each_numpy
+
+        return forward_each_numpy(model, inputs)
+
     def mean_forward(self, model: Any, inputs: Sequence[np.ndarray], *, passes: int,
                      seed: int = 0) -> tuple[np.ndarray, ...]:
         from petab_sciml.backends.torch.build import mean_forward_numpy

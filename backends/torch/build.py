@@ -185,6 +185,16 @@ def forward_numpy(module: torch.nn.Module, inputs: Sequence[Any], *, train: bool
     return tuple(o.detach().cpu().numpy() for o in _outputs(result))
 
 
+def forward_each_numpy(module: torch.nn.Module, inputs: Sequence[Any]
+                       ) -> tuple[np.ndarray, ...]:
+    """The module (eval mode) at each point: inputs and outputs with a leading axis of
+    points, each point evaluated alone (``torch.func.vmap``)."""
+    module.train(False)
+    with torch.no_grad():
+        result = torch.func.vmap(lambda *xs: module(*xs))(*_as_tensors(module, inputs))
+    return tuple(o.detach().cpu().numpy() for o in _outputs(result))
+
+
 def mean_forward_numpy(module: torch.nn.Module, inputs: Sequence[Any], *, passes: int,
                        seed: int = 0, chunk: int = 4096) -> tuple[np.ndarray, ...]:
     """Mean of ``passes`` training-mode forward passes, each with fresh dropout masks.

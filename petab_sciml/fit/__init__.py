@@ -270,14 +270,23 @@ def model_units(problem: Any) -> tuple[str | None, dict[str, str]]:
 
 def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str, Any]]:
     """What each network inside the model learned, for plots: every network evaluated
-    in the ODE or the observables with one input argument of 1 or 2 elements (others
-    are left out), over the range its inputs take along the dense simulation of ``w``.
+    in the ODE or the observables whose inputs are all formulas (a network with an input
+    from an array file is left out), over the range its inputs take along the dense
+    simulation of ``w``.
 
-    Per network: ``id``, ``inputs`` (the input formulas), ``seen`` (the inputs along the
-    trajectories, ``(times, k)``), ``axes`` (k grids over their ranges), ``points``
-    (the grid's points, ``(n, k)``, the first axis fastest), ``outputs``
-    (``{output id: values on the grid}``, shape ``(len(axes[0]),)`` or
-    ``(len(axes[1]), len(axes[0]))``).  A warning says why when it cannot be computed."""
+    Per network: ``id``, ``inputs`` (the input formulas, all arguments in order),
+    ``seen`` (the inputs along the trajectories, ``(times, k)``), ``axes`` (k grids over
+    their ranges), ``points`` (the points the network is evaluated at, ``(n, k)``),
+    ``outputs`` (``{output id: values}``) and ``kind``:
+
+    - ``"line"`` (k = 1): ``points`` the grid, outputs of shape ``(len(axes[0]),)``;
+    - ``"map"`` (k = 2): the grid's points, the first axis fastest, outputs of shape
+      ``(len(axes[1]), len(axes[0]))``;
+    - ``"sweeps"`` (k >= 3): one sweep per input along its axis, the other inputs at
+      their median along the trajectories; ``points`` the sweeps one after another,
+      outputs of shape ``(k, len(axes[i]))``, row ``i`` the sweep of input ``i``.
+
+    A warning says why when they cannot be computed."""
     import warnings
 
     from petab_sciml.simulation.dense import dense_plan
@@ -285,9 +294,8 @@ def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str,
     from petab_sciml.simulation.plan import SimulationError
 
     plan = problem.plan
-    nets = [n for n in plan.networks if (n.in_rhs or n.in_observables)
-            and len(n.inputs) == 1 and n.inputs[0].kind == "elements"
-            and len(n.input_exprs) in (1, 2)]
+    nets = [n for n in plan.networks if (n.in_rhs or n.in_observables) and n.inputs
+            and all(i.kind == "elements" for i in n.inputs)]
     if not nets:
         return []
     extra = {f"__input_{n.id}_{k}": str(e) for n in nets for k, e in enumerate(n.input_exprs)}
@@ -307,20 +315,44 @@ def learned_terms(problem: Any, simulator: Any, w: np.ndarray) -> list[dict[str,
         k = len(n.input_exprs)
         seen = np.stack([ev.simulations[m.observable == grid_plan.observable_ids.index(
             f"__input_{n.id}_{i}")] for i in range(k)], axis=1)
-        axes = [np.linspace(seen[:, i].min(), seen[:, i].max(), 200 if k == 1 else 80)
-                for i in range(k)]
-        points = (axes[0][:, None] if k == 1 else
-                  np.stack([g.ravel() for g in np.meshgrid(*axes)], axis=1))
+        kind, axes, points = _term_grid(seen)
         model = backend.set_parameters(backend.build(n.network, dtype="float64"),
                                        values[n.id])
-        outs = [np.asarray(o).reshape(points.shape[0], -1)
-                for o in backend.forward(model, [points])]
-        shape = (axes[0].size,) if k == 1 else (axes[1].size, axes[0].size)
-        outputs = {oid: outs[arg][:, 0 if index is None else int(np.ravel(index)[0])]
-                   .reshape(shape) for oid, (arg, index) in zip(n.output_ids, n.output_index)}
-        terms.append({"id": n.id, "inputs": [str(e) for e in n.input_exprs], "seen": seen,
-                      "axes": axes, "points": points, "outputs": outputs})
+        args = [points[:, i.start:i.start + i.size].reshape(-1, *i.shape)
+                for i in sorted(n.inputs, key=lambda i: i.arg)]
+        outs = [np.asarray(o) for o in backend.forward_each(model, args)]
+        shape = {"line": (axes[0].size,), "map": (axes[-1].size, axes[0].size),
+                 "sweeps": (k, axes[0].size)}[kind]
+        outputs = {oid: _output_values(outs[arg], index).reshape(shape)
+                   for oid, (arg, index) in zip(n.output_ids, n.output_index)}
+        terms.append({"id": n.id, "kind": kind, "inputs": [str(e) for e in n.input_exprs],
+                      "seen": seen, "axes": axes, "points": points, "outputs": outputs})
     return terms
+
+
+def _output_values(out: np.ndarray, index: Any) -> np.ndarray:
+    """One output element per point from a batched output ``(points, ...)``: the element
+    at ``index`` (None: the argument's first element)."""
+    flat = out.reshape(out.shape[0], -1)
+    if index is None:
+        return flat[:, 0]
+    return out[(slice(None), *(int(i) for i in np.ravel(index)))].reshape(out.shape[0])
+
+
+def _term_grid(seen: np.ndarray) -> tuple[str, list[np.ndarray], np.ndarray]:
+    """``(kind, axes, points)`` of :func:`learned_terms` for the inputs ``seen``."""
+    k = seen.shape[1]
+    if k == 1:
+        axes = [np.linspace(seen[:, 0].min(), seen[:, 0].max(), 200)]
+        return "line", axes, axes[0][:, None]
+    if k == 2:
+        axes = [np.linspace(seen[:, i].min(), seen[:, i].max(), 80) for i in range(2)]
+        return "map", axes, np.stack([g.ravel() for g in np.meshgrid(*axes)], axis=1)
+    axes = [np.linspace(seen[:, i].min(), seen[:, i].max(), 100) for i in range(k)]
+    points = np.repeat(np.median(seen, axis=0)[None, :], k * 100, axis=0)
+    for i in range(k):
+        points[i * 100:(i + 1) * 100, i] = axes[i]
+    return "sweeps", axes, points
 
 
 def _dense_simulation(problem: Any, simulator: Any, w: np.ndarray) -> tuple[Any, Any] | None:

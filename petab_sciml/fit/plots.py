@@ -156,14 +156,18 @@ def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None 
     """One figure per network (``term_<network>.png``) from
     :func:`petab_sciml.fit.learned_terms`, one panel per output: against one input a
     line, with the input values the trajectories reach marked below it; against two a
-    heat map, with the trajectories drawn over it.  ``truth``: ``{output id: f}``, the
-    true term where it is known (PEtab declares none), ``f(points)`` with ``points`` of
-    shape ``(n, inputs)``: drawn dashed against one input, as a second heat map of
-    learned - true against two."""
+    heat map, with the trajectories drawn over it; against three or more one line per
+    output and input (a row per output), the other inputs at their median.  ``truth``:
+    ``{output id: f}``, the true term where it is known (PEtab declares none),
+    ``f(points)`` with ``points`` of shape ``(n, inputs)``: drawn dashed against one
+    input and in the sweeps, as a second heat map of learned - true against two."""
     plt = _pyplot()
     truth = truth or {}
     figures = {}
     for term in terms:
+        if len(term["axes"]) > 2:
+            _keep(figures, _sweeps_figure(plt, term, truth), f"term_{term['id']}", folder)
+            continue
         outputs, axes, seen = term["outputs"], term["axes"], term["seen"]
         panels_needed = len(outputs) + (len(axes) == 2) * sum(o in truth for o in outputs)
         fig, panels = plt.subplots(1, panels_needed, figsize=(4.8 * panels_needed, 3.9),
@@ -205,6 +209,27 @@ def learned_terms(terms: list[dict[str, Any]], folder: str | os.PathLike | None 
             ax.set_title(f"{term['id']}: {oid}")
         _keep(figures, fig, f"term_{term['id']}", folder)
     return figures
+
+
+def _sweeps_figure(plt: Any, term: dict[str, Any], truth: dict[str, Any]) -> Any:
+    """The learned term against three or more inputs: a row of sweeps per output."""
+    outputs, axes, seen = term["outputs"], term["axes"], term["seen"]
+    fig, panels = plt.subplots(len(outputs), len(axes), squeeze=False,
+                               figsize=(3.6 * len(axes), 3.2 * len(outputs)))
+    for row, (oid, values) in zip(panels, outputs.items()):
+        true = (np.asarray(truth[oid](term["points"]), float).reshape(values.shape)
+                if oid in truth else None)
+        for i, ax in enumerate(row):
+            ax.plot(axes[i], values[i], "-", color="C1", label=oid)
+            if true is not None:
+                ax.plot(axes[i], true[i], "--", color="0.3", label="true")
+            ax.plot(seen[:, i], np.full(seen.shape[0], values[i].min()), "|", color="C0",
+                    alpha=0.4, label="inputs reached")
+            ax.set_xlabel(term["inputs"][i])
+            ax.set_ylabel(oid)
+            ax.set_title(f"{term['id']}: {oid}, others at median", fontsize="small")
+        row[0].legend(fontsize="small")
+    return fig
 
 
 def _keep(figures: dict[str, Any], fig: Any, name: str,
