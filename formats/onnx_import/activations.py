@@ -90,6 +90,12 @@ def _clip(im: _Importer, node: Any, ins: list) -> None:
     if lo is None and hi is None:
         im.alias(node, 0, x)
         return
+    # the activations PyTorch exports as Clip (mobilenet's relu6): in the specification's
+    # function list, so the network stays portable, where a clamp is not
+    named = {(0.0, 6.0): "relu6", (0.0, None): "relu"}.get((lo, hi))
+    if named is not None:
+        im.bind(node, 0, im.emit(named, [im.tensor(x, node)], name=im.out_name(node)))
+        return
     im.bind(node, 0, im.emit("clamp", [im.tensor(x, node)], {"min": lo, "max": hi},
                              name=im.out_name(node)))
 

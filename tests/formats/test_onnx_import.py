@@ -514,3 +514,25 @@ def test_foreign_inference_dropout_is_the_identity(opset, training):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (expected,) = sess.run(None, {"x": x})
     np.testing.assert_allclose(trained, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bounds,function", [((0.0, 6.0), "relu6"), ((0.0, None), "relu"),
+                                             ((-1.0, 2.0), "clamp"), ((None, 6.0), "clamp")])
+def test_clip_of_an_activation_imports_as_that_function(bounds, function):
+    """``Clip(0, 6)`` (PyTorch's export of relu6, mobilenet_v2) and ``Clip(0)`` import as
+    ``relu6`` / ``relu``, which the specification lists, so the network stays portable;
+    other bounds stay a clamp (not portable).  Outputs equal onnxruntime's either way."""
+    from petab_sciml.portable import portability_problems
+
+    names = ["h"] + ["lo" if bounds[0] is not None else ""] + (
+        ["hi"] if bounds[1] is not None else [])
+    inits = {"fc.weight": rand(3, 4), "fc.bias": rand(3)}
+    inits.update({k: np.array(v, np.float32) for k, v in zip(("lo", "hi"), bounds)
+                  if v is not None})
+    nodes = [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"], transB=1),
+             helper.make_node("Clip", names, ["y"])]
+    model = make_model(nodes, [("x", [5, 4])], ["y"], inits, opset=13)
+    x = rand(5, 4) * 8.0
+    result = compare_with_onnxruntime(model, x, rtol=1e-6, atol=1e-6)
+    assert _functions(result) == [function]
+    assert (portability_problems(result.network) == []) == (function != "clamp")
