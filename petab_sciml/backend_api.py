@@ -68,6 +68,13 @@ class Backend(Protocol):
                   seed: int | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Gradient of ``sum(all outputs)`` with respect to every trainable array."""
 
+    def vjp(self, model: Any, inputs: Sequence[np.ndarray], cotangents: Sequence[np.ndarray],
+            *, train: bool = False, seed: int | None = None
+            ) -> tuple[dict[str, dict[str, np.ndarray]], tuple[np.ndarray, ...]]:
+        """The vector-Jacobian product of the network with ``cotangents`` (one array per
+        output, its shape): the gradient of ``sum_k <cotangents[k], outputs[k]>`` with
+        respect to every trainable array and to every input, ``(arrays, inputs)``."""
+
     # -- problems (simulation of a PEtab SciML problem; see petab_sciml.simulation)
     def executor(self, plan: Any, **options: Any) -> Any:
         """The objective of a :class:`~petab_sciml.simulation.plan.SimulationPlan` in this

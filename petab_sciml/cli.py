@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from petab_sciml.cli_problem import limit_option
 from petab_sciml.errors import MissingExtraError, PetabSciMLError
 
 
@@ -62,8 +63,9 @@ def test_cases() -> None:
 @click.option("--suite/--no-suite", default=True, show_default=True,
               help="Without PATHS: also run the official suite's ML-import, SciML "
                    "problem-import and initialization cases.")
+@limit_option
 def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_json: bool,
-              suite: bool) -> None:
+              suite: bool, limits: dict[str, int]) -> None:
     """Run the cases under PATHS (default: test_cases/ and the official suite).
 
     PEtab test-suite cases (``_NNNN.yaml`` beside ``_NNNN_solution.yaml``, e.g.
@@ -80,6 +82,7 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
     from rich.progress import Progress
 
     from petab_sciml import petab_suite, testcases
+    from petab_sciml.limits import use_limits
     from petab_sciml.plugins import backend_names
 
     err = Console(stderr=True)
@@ -111,10 +114,11 @@ def run_cases(paths: tuple[Path, ...], backend: str, dtype: str, mode: str, as_j
         def advance(name: str) -> None:
             progress.update(task, advance=1, description=Path(name).name)
 
-        results = testcases.run_all(cases, backends, dtype=dtype, progress=advance,
-                                    mode=mode)
-        problem_results = testcases.run_problems(problems, backends, progress=advance)
-        suite_results = petab_suite.run_all(suite_cases, backends, progress=advance)
+        with use_limits(**limits):
+            results = testcases.run_all(cases, backends, dtype=dtype, progress=advance,
+                                        mode=mode)
+            problem_results = testcases.run_problems(problems, backends, progress=advance)
+            suite_results = petab_suite.run_all(suite_cases, backends, progress=advance)
     every = [*results, *problem_results, *suite_results]
     failed = sum(not r.passed for r in every)
     passed = len(every) - failed
@@ -208,14 +212,16 @@ def _print_results(results: list, *, cross: bool) -> None:
         table.add_column(column, overflow="fold")
     if cross:
         table.add_column("|torch-jax| out")
-        table.add_column("grad rel diff")
+        table.add_column("vjp rel diff")
+        table.add_column("vjp norm")
     for r in results:
         error = "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}"
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
         row = [r.case, r.backend, r.layers, error, f"{r.tolerance:.0e}", verdict]
         if cross:
             row += [f"{r.cross['output_max_abs_diff']:.1e}" if r.cross else "-",
-                    f"{r.cross['gradient_max_rel_diff']:.1e}" if r.cross else "-"]
+                    _vjp_diff(r.cross),
+                    "-" if r.gradient_norm is None else f"{r.gradient_norm:.1e}"]
         table.add_row(*row)
     console = Console(width=160)
     console.print(table)
@@ -223,6 +229,14 @@ def _print_results(results: list, *, cross: bool) -> None:
         if r.error:
             console.print(f"[red]{r.case} ({r.backend}):[/red] {r.error}", markup=True,
                           highlight=False)
+
+
+def _vjp_diff(cross: dict) -> str:
+    if not cross:
+        return "-"
+    if not cross.get("gradient_compared", True):
+        return "nothing to compare"
+    return f"{cross['gradient_max_rel_diff']:.1e}"
 
 
 @main.command("layers")

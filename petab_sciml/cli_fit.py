@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from petab_sciml.cli_problem import limit_option
 from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
 
 
@@ -55,12 +56,14 @@ from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
 @click.option("--progress-every", type=float, default=10.0, show_default=True,
               metavar="SECONDS", help="Without a terminal: a progress line per start at "
               "least this often (and at every tenth of the steps).")
+@limit_option
 def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
         lr_decay: float | None, patience: int, min_delta: float, steps: int, starts: int,
         seed: int, out: Path, scheduler: str | None, in_process: bool, workers: int | None,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
         trust_code: bool, as_json: bool, solver: str | None, rtol: float | None,
-        atol: float | None, start_from_nominal: bool, progress_every: float) -> None:
+        atol: float | None, start_from_nominal: bool, progress_every: float,
+        limits: dict[str, int]) -> None:
     """Train PROBLEM from several starts and write the best one as a PEtab problem.
 
     Ctrl-C, SIGTERM and SIGHUP stop every start at its next step, write checkpoints and
@@ -84,7 +87,7 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
                          progress_every_s=progress_every,
                          start_from_nominal=start_from_nominal, schedule=schedule,
                          lr_decay=lr_decay, patience=patience, min_delta=min_delta,
-                         **_simulation_options(backend, solver, rtol, atol))
+                         limits=limits, **_simulation_options(backend, solver, rtol, atol))
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "
                   f"continue with the same command and --resume[/yellow]")
@@ -109,7 +112,10 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
             "files": {k: str(v) for k, v in result.files.items()},
             "seconds": result.settings.get("seconds")}, indent=2, allow_nan=False))
         return
-    problem_obj = load_problem(problem, backend=backend, trust_code=trust_code)
+    from petab_sciml.limits import use_limits
+
+    with use_limits(**limits):
+        problem_obj = load_problem(problem, backend=backend, trust_code=trust_code)
     print_summary(result, problem_obj, Console())
     click.echo(f"best start {result.best.start}: objective {result.best.value:.6g}")
     click.echo(f"results:  {result.files['results']}")

@@ -183,7 +183,8 @@ def _print_info(data: dict) -> None:
 @click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite files of the same names in "
               "DESTINATION.")
-def upgrade(problem: Path, destination: Path, force: bool) -> None:
+@limit_option
+def upgrade(problem: Path, destination: Path, force: bool, limits: dict[str, int]) -> None:
     """Rewrite a problem of an older PEtab SciML draft in the current format.
 
     Reads PROBLEM (its YAML file) and writes the problem into the folder DESTINATION:
@@ -193,11 +194,13 @@ def upgrade(problem: Path, destination: Path, force: bool) -> None:
     each change, then validates the result.  Exits 0 if the result is valid (or nothing
     needed upgrading), 1 otherwise.
     """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem.upgrade import UpgradeError, upgrade_problem
     from petab_sciml.problem.validate import validate_problem
 
     try:
-        result = upgrade_problem(problem, destination, force=force)
+        with use_limits(**limits):
+            result = upgrade_problem(problem, destination, force=force)
     except UpgradeError as exc:
         raise click.ClickException(f"cannot upgrade: {exc}") from None
     if result.problem is None:
@@ -206,7 +209,8 @@ def upgrade(problem: Path, destination: Path, force: bool) -> None:
     click.echo(f"{problem} -> {result.problem}:")
     for change in result.changes:
         click.echo(f"  - {change}")
-    report = validate_problem(result.problem)
+    with use_limits(**limits):
+        report = validate_problem(result.problem)
     if report.ok:
         warnings = len(report.issues.warnings)
         click.echo(f"{result.problem}: valid ({warnings} warning(s))")

@@ -214,7 +214,9 @@ class CaseResult:
     passed: bool
     error: str | None = None
     seconds: float = 0.0
-    cross: dict[str, float] = field(default_factory=dict)
+    cross: dict[str, Any] = field(default_factory=dict)
+    gradient_norm: float | None = None
+    """Norm of this backend's vector-Jacobian products in the cross-backend check."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -293,43 +295,77 @@ def _max_abs_error(got: Sequence[np.ndarray], expected: Sequence[np.ndarray],
     return worst
 
 
-def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
-                  dtype: str = "float32", mode: str = "train") -> dict[str, float]:
-    """Max |a - b| of outputs and max relative gradient difference between the first
-    backend and each other one, on the case's first repetition.
+COTANGENT_SEED = 0
+"""Seed of the random cotangents of the cross-backend gradient check."""
+NOISE_LEVEL = {"float32": 1e3 * float(np.finfo(np.float32).eps),
+               "float64": 1e3 * float(np.finfo(np.float64).eps)}
+"""A compared gradient whose norm is at most this times the cotangents' norm is rounding
+noise: the check reports "nothing to compare" rather than pass or fail."""
 
-    Stochastic networks are compared in eval mode; others in the case's mode (else
-    ``mode``).
+
+def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
+                  dtype: str = "float32", mode: str = "train") -> dict[str, Any]:
+    """Outputs and vector-Jacobian products of the first backend against each other one,
+    on the case's first repetition.
+
+    The products take one seeded random cotangent per output (standard normal,
+    :data:`COTANGENT_SEED`), with respect to every parameter array and every input: a
+    gradient of the plain sum of the outputs vanishes for a softmax head and would
+    compare rounding noise.  Returns ``output_max_abs_diff``, ``gradient_max_rel_diff``
+    (the largest difference over the reference gradient's largest entry),
+    ``gradient_norm`` (per backend, the norm of all its products together) and
+    ``gradient_compared`` (False when the reference's norm is at the noise level,
+    :data:`NOISE_LEVEL`).  Stochastic networks are compared in eval mode; others in the
+    case's mode (else ``mode``).
     """
     network = get_format("yaml").read(case.net_file)
     params = load_parameters(case.params[0], network) if case.params[0] is not None else None
     inputs = _inputs_of(case, 0)
     train = case.mode_or(mode) == "train" and not network.stochastic
-    results = []
+    results, cotangents = [], None
     for name in backend_names:
         backend = get_backend(name)
         model = backend.build(network, dtype=dtype)
         if params is not None:
             model = backend.set_parameters(model, params)
         outputs = backend.forward(model, inputs, train=train)
-        grads = backend.gradients(model, inputs, train=train)
-        results.append((outputs, grads))
-    ref_out, ref_grad = results[0]
-    # Gradient differences are relative to the network's largest gradient: an array whose
-    # true gradient is zero (BatchNorm bias before a softmax, ...) holds only rounding noise.
-    scale = max((float(np.max(np.abs(g))) for arrays in ref_grad.values()
-                 for g in arrays.values() if g.size), default=0.0) or 1.0
+        if cotangents is None:
+            cotangents = random_cotangents(outputs)
+        arrays, input_grads = backend.vjp(model, inputs, cotangents, train=train)
+        # one order for every backend (JAX returns its dicts with sorted keys)
+        flat = [arrays[group][array] for group in sorted(arrays)
+                for array in sorted(arrays[group])] + list(input_grads)
+        results.append((name, outputs, _flat_gradient(flat)))
+    _, ref_out, ref_grad = results[0]
+    scale = float(np.max(np.abs(ref_grad))) if ref_grad.size else 0.0
+    cotangent_norm = float(np.sqrt(sum(np.sum(c ** 2) for c in cotangents)))
+    compared = float(np.linalg.norm(ref_grad)) > NOISE_LEVEL[dtype] * max(cotangent_norm, 1.0)
     out_diff, grad_diff = 0.0, 0.0
-    for outputs, grads in results[1:]:
+    for _, outputs, grad in results[1:]:
         for a, b in zip(ref_out, outputs):
             if a.size:
                 out_diff = max(out_diff, float(np.max(np.abs(a - b))))
-        for group, arrays in ref_grad.items():
-            for array, g in arrays.items():
-                if g.size:
-                    diff = float(np.max(np.abs(g - grads[group][array])))
-                    grad_diff = max(grad_diff, diff / scale)
-    return {"output_max_abs_diff": out_diff, "gradient_max_rel_diff": grad_diff}
+        if grad.shape != ref_grad.shape:
+            raise PetabSciMLError(f"the backends give gradients of {ref_grad.size} and "
+                                  f"{grad.size} elements")
+        if compared and grad.size:
+            grad_diff = max(grad_diff, float(np.max(np.abs(grad - ref_grad))) / scale)
+    return {"output_max_abs_diff": out_diff, "gradient_max_rel_diff": grad_diff,
+            "gradient_compared": compared,
+            "gradient_norm": {name: float(np.linalg.norm(g)) for name, _, g in results}}
+
+
+def random_cotangents(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One standard-normal array per output, its shape (seed :data:`COTANGENT_SEED`)."""
+    rng = np.random.default_rng(COTANGENT_SEED)
+    return [rng.standard_normal(np.shape(o)) for o in outputs]
+
+
+def _flat_gradient(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """All gradient arrays as one float64 vector, in order."""
+    if not parts:
+        return np.zeros(0)
+    return np.concatenate([np.asarray(g, np.float64).ravel() for g in parts])
 
 
 CROSS_TOLERANCES = {"float32": (1e-5, 1e-4), "float64": (1e-10, 1e-7)}
@@ -369,6 +405,7 @@ def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "flo
                 per_backend[0].error = f"cross-backend: {type(exc).__name__}: {exc}"
             for r in per_backend:
                 r.cross = cross
+                r.gradient_norm = cross.get("gradient_norm", {}).get(r.backend)
                 r.passed = r.passed and agree
         results.extend(per_backend)
     return results
@@ -439,7 +476,9 @@ class ProblemResult:
     tolerances: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
-    cross: dict[str, float] = field(default_factory=dict)
+    cross: dict[str, Any] = field(default_factory=dict)
+    gradient_norm: float | None = None
+    """Norm of this backend's vector-Jacobian products in the cross-backend check."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -624,6 +663,7 @@ def run_problems(paths: Sequence[Path], backends: Sequence[str], *,
             agree = cross["llh_rel_diff"] <= CROSS_LLH_RTOL
             for r in per_backend:
                 r.cross = cross
+                r.gradient_norm = cross.get("gradient_norm", {}).get(r.backend)
                 r.passed = r.passed and agree
                 if not agree and r.error is None:
                     r.error = (f"backends disagree: log-likelihood relative difference "

@@ -311,5 +311,26 @@ class JaxBackend:
                                                     _key(model, seed))
         return _numpy(grads, model.network)
 
+    def vjp(self, model: JaxNet, inputs: Sequence[np.ndarray], cotangents: Sequence[np.ndarray],
+            *, train: bool = False, seed: int | None = None
+            ) -> tuple[dict[str, dict[str, np.ndarray]], tuple[np.ndarray, ...]]:
+        xs = _inputs(model, inputs)
+        cts = tuple(jnp.asarray(np.asarray(c, dtype=model.dtype)) for c in cotangents)
+        key = _key(model, seed) if train else None
+
+        def pairing(params, xs):
+            if train:
+                outputs = model.train_fn(params, model.buffers, xs, key)[0]
+            else:
+                outputs = model.eval_fn(params, model.buffers, xs)
+            outputs = jax.tree_util.tree_leaves(outputs)
+            if len(outputs) != len(cts):
+                raise ValueError(f"network {model.network.id!r} gives {len(outputs)} "
+                                 f"output(s), got {len(cts)} cotangent(s)")
+            return sum(jnp.sum(o * c) for o, c in zip(outputs, cts, strict=True))
+
+        grads, input_grads = jax.grad(pairing, argnums=(0, 1))(model.params, xs)
+        return _numpy(grads, model.network), tuple(np.asarray(g) for g in input_grads)
+
 
 BACKEND = JaxBackend()

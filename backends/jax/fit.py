@@ -105,7 +105,7 @@ def _where(ok, a, b):
 def _initial(task: FitTask) -> tuple:
     """(spec, compiled functions, start state) of ``task``: its starts at their start
     vectors, or restored from their checkpoints when resuming."""
-    problem = load_cached(task.problem, "jax", task.trust_code)
+    problem = load_cached(task.problem, "jax", task.trust_code, task.limits)
     base = problem.model(**task.options)
     spec = base.spec
     train = any(spec.dropout.values())

@@ -149,6 +149,13 @@ class TorchBackend:
 
         return gradients_numpy(model, inputs, train=train, seed=seed)
 
+    def vjp(self, model: Any, inputs: Sequence[np.ndarray], cotangents: Sequence[np.ndarray],
+            *, train: bool = False, seed: int | None = None
+            ) -> tuple[dict[str, dict[str, np.ndarray]], tuple[np.ndarray, ...]]:
+        from petab_sciml.backends.torch.build import vjp_numpy
+
+        return vjp_numpy(model, inputs, cotangents, train=train, seed=seed)
+
 
 BACKEND = TorchBackend()
 

@@ -195,6 +195,37 @@ def forward_each_numpy(module: torch.nn.Module, inputs: Sequence[Any]
     return tuple(o.detach().cpu().numpy() for o in _outputs(result))
 
 
+def vjp_numpy(module: torch.nn.Module, inputs: Sequence[Any], cotangents: Sequence[Any], *,
+              train: bool = False, seed: int | None = None
+              ) -> tuple[dict[str, dict[str, np.ndarray]], tuple[np.ndarray, ...]]:
+    """Gradient of ``sum_k <cotangents[k], outputs[k]>`` w.r.t. every trainable array
+    and every input: ``(arrays, inputs)`` (zeros where the outputs do not depend)."""
+    module.train(train)
+    if seed is not None:
+        torch.manual_seed(seed)
+    xs = [x.requires_grad_(True) for x in _as_tensors(module, inputs)]
+    outputs = _outputs(module(*xs))
+    if len(outputs) != len(cotangents):
+        raise ValueError(f"the network gives {len(outputs)} output(s), got "
+                         f"{len(cotangents)} cotangent(s)")
+    total = sum((o * torch.as_tensor(np.asarray(c)).to(o.dtype)).sum()
+                for o, c in zip(outputs, cotangents, strict=True))
+    named = list(module.named_parameters())
+    wanted = [p for _, p in named if p.requires_grad] + xs
+    found = (torch.autograd.grad(total, wanted, allow_unused=True)
+             if isinstance(total, torch.Tensor) and total.requires_grad else [None] * len(wanted))
+    grad_of = {id(t): g for t, g in zip(wanted, found, strict=True)}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
+    for key, param in named:   # zeros for a frozen array or one the outputs do not use
+        group, _, array = key.partition(".")
+        grad = grad_of.get(id(param))
+        grad = grad if grad is not None else torch.zeros_like(param)
+        arrays.setdefault(group, {})[array] = grad.detach().cpu().numpy().copy()
+    input_grads = tuple((g if (g := grad_of.get(id(x))) is not None else torch.zeros_like(x))
+                        .detach().cpu().numpy() for x in xs)
+    return arrays, input_grads
+
+
 def mean_forward_numpy(module: torch.nn.Module, inputs: Sequence[Any], *, passes: int,
                        seed: int = 0, chunk: int = 4096) -> tuple[np.ndarray, ...]:
     """Mean of ``passes`` training-mode forward passes, each with fresh dropout masks.

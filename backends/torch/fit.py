@@ -71,7 +71,7 @@ def _module(task: FitTask):
     """One native module per worker and problem (its compiled solves are reused)."""
     key = (task.problem, tuple(sorted(task.options.items())))
     if key not in _MODULES:
-        problem = load_cached(task.problem, "torch", task.trust_code)
+        problem = load_cached(task.problem, "torch", task.trust_code, task.limits)
         _MODULES[key] = problem.model(**task.options)
     return _MODULES[key]
 

@@ -60,7 +60,8 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         trust_code: bool = False, console: Any = None,
         progress_every_s: float = PLAIN_PROGRESS_EVERY_S, start_from_nominal: bool = False,
         schedule: str = "constant", lr_decay: float | None = None, patience: int = 0,
-        min_delta: float = 0.0, **options: Any) -> FitResult:
+        min_delta: float = 0.0, limits: dict[str, int] | None = None,
+        **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
 
@@ -78,8 +79,11 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     at the problem's nominal values (parameter table and array files) instead of a draw;
     ``progress``: show every start's loss (a live table on a terminal; elsewhere a
     plain line per start every ``progress_every_s`` seconds and every tenth of the
-    steps); ``options``: the backend's simulation options.
+    steps); ``limits``: budgets on what input files may cost
+    (:func:`petab_sciml.limits.use_limits`, ``{"max_elements": 10**9}``), for every load
+    of the problem, in workers too; ``options``: the backend's simulation options.
     """
+    from petab_sciml.limits import use_limits
     from petab_sciml.problem import load_problem
 
     if optimizer not in OPTIMIZERS:
@@ -96,12 +100,15 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     if patience < 0 or not min_delta >= 0:
         raise FitError("patience must be >= 0 and min_delta >= 0")
     path = Path(getattr(problem, "path", problem))
+    limits = dict(limits or {})
     if isinstance(problem, (str, os.PathLike)):
         backend = backend or "jax"
-        problem = load_problem(path, backend=backend, trust_code=trust_code)
+        with use_limits(**limits):
+            problem = load_problem(path, backend=backend, trust_code=trust_code)
     backend = backend or problem.backend_name
     if backend != problem.backend_name:
-        problem = load_problem(path, backend=backend, trust_code=trust_code)
+        with use_limits(**limits):
+            problem = load_problem(path, backend=backend, trust_code=trust_code)
     plan = problem.plan
     batch = batch or (starts if backend == "jax" else 1)
     settings = {"problem": str(path.resolve()), "backend": backend, "optimizer": optimizer,
@@ -131,7 +138,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
                      str(checkpoints) if checkpoints else None, checkpoint_every, resume,
                      trust_code, run_id, schedule=schedule,
                      lr_decay=1.0 if lr_decay is None else lr_decay, patience=patience,
-                     min_delta=min_delta)
+                     min_delta=min_delta, limits=limits)
              for a in range(0, starts, batch)]
 
     _check_resume(backend, tasks)

@@ -68,6 +68,8 @@ class FitTask:
     0: never."""
     min_delta: float = 0.0
     """The decrease of the loss below its best so far that counts as an improvement."""
+    limits: dict[str, int] = field(default_factory=dict)
+    """Budgets of :func:`petab_sciml.limits.use_limits` for loading the problem."""
 
 
 @dataclass
@@ -132,11 +134,16 @@ def checkpoint_path(task: FitTask, start: int, suffix: str) -> Path | None:
 _PROBLEMS: dict[tuple, Any] = {}
 
 
-def load_cached(path: str, backend: str, trust_code: bool) -> Any:
-    """The loaded problem, once per worker process."""
-    key = (str(Path(path).resolve()), backend, trust_code)
+def load_cached(path: str, backend: str, trust_code: bool,
+                limits: dict[str, int] | None = None) -> Any:
+    """The loaded problem, once per worker process (``limits``: budgets of
+    :func:`petab_sciml.limits.use_limits` for the load)."""
+    limits = dict(limits or {})
+    key = (str(Path(path).resolve()), backend, trust_code, tuple(sorted(limits.items())))
     if key not in _PROBLEMS:
+        from petab_sciml.limits import use_limits
         from petab_sciml.problem import load_problem
 
-        _PROBLEMS[key] = load_problem(path, backend=backend, trust_code=trust_code)
+        with use_limits(**limits):
+            _PROBLEMS[key] = load_problem(path, backend=backend, trust_code=trust_code)
     return _PROBLEMS[key]
