@@ -72,6 +72,9 @@ demo: $(DEMO_STAMP)
 
 cases: $(STAMP)
 	$(BIN)/petab-sciml test-cases run --backend all
+	$(BIN)/petab-sciml test-cases run --backend all --dtype float64 --no-suite \
+		test_cases $$($(BIN)/python -c 'from petab_sciml.testcases import default_suite as d; \
+		s = d(); print(s / "test_cases" / "ml_model_import" if s else "")')
 
 # Two pytest workers (CI has 2 cores); each test module runs whole on one worker, so
 # module-scoped fixtures are built once.  TEST_WORKERS=0 runs in this process.

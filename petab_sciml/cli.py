@@ -214,6 +214,9 @@ def _print_results(results: list, *, cross: bool) -> None:
         table.add_column("|torch-jax| out")
         table.add_column("vjp rel diff")
         table.add_column("vjp norm")
+    fd = any(r.fd_rel_error is not None for r in results)
+    if fd:
+        table.add_column("vjp vs finite diff")
     for r in results:
         error = "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}"
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
@@ -222,6 +225,8 @@ def _print_results(results: list, *, cross: bool) -> None:
             row += [f"{r.cross['output_max_abs_diff']:.1e}" if r.cross else "-",
                     _vjp_diff(r.cross),
                     "-" if r.gradient_norm is None else f"{r.gradient_norm:.1e}"]
+        if fd:
+            row.append("-" if r.fd_rel_error is None else f"{r.fd_rel_error:.1e}")
         table.add_row(*row)
     console = Console(width=160)
     console.print(table)

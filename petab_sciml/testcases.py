@@ -217,6 +217,9 @@ class CaseResult:
     cross: dict[str, Any] = field(default_factory=dict)
     gradient_norm: float | None = None
     """Norm of this backend's vector-Jacobian products in the cross-backend check."""
+    fd_rel_error: float | None = None
+    """float64 runs: this backend's vector-Jacobian product against central finite
+    differences (:func:`finite_difference_error`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -361,6 +364,80 @@ def random_cotangents(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [rng.standard_normal(np.shape(o)) for o in outputs]
 
 
+FD_DIRECTIONS = 3
+"""Random directions of the finite-difference check (seeded, :data:`COTANGENT_SEED`)."""
+FD_STEP = 1e-4
+"""Relative step of the central differences (times the largest entry of the point)."""
+FD_TOLERANCE = 1e-6
+"""Largest relative error of a float64 vector-Jacobian product against the differences."""
+
+
+def finite_difference_error(case: NetworkCase, backend_name: str, *,
+                            mode: str = "train") -> float:
+    """The largest relative error, over :data:`FD_DIRECTIONS` seeded random directions
+    through the parameters and the inputs together, of ``backend_name``'s float64
+    vector-Jacobian product (random cotangents, :func:`random_cotangents`) against
+    central finite differences of ``<cotangents, outputs>``: an independent reference for
+    the gradient (the ML-import references hold outputs only).
+
+    At a kink (ReLU, max pooling, a clamp) differences across it do not give the
+    derivative.  Each direction is differenced with steps ``h`` and ``h / 4``; where the
+    two disagree by more than the error allowed, a step crossed a kink, and the
+    direction is replaced by a new random one (at most 20 draws in all).  The error is
+    ``|fd(h / 4) - <vjp, d>| / max(|<vjp, d>|, |fd|, 1e-300)``.  Stochastic networks
+    run in eval mode, others in the case's mode (else ``mode``).
+    """
+    network = get_format("yaml").read(case.net_file)
+    backend = get_backend(backend_name)
+    model = backend.build(network, dtype="float64")
+    if case.params[0] is not None:
+        model = backend.set_parameters(model, load_parameters(case.params[0], network))
+    inputs = [np.asarray(x, np.float64) for x in _inputs_of(case, 0)]
+    train = case.mode_or(mode) == "train" and not network.stochastic
+    values = backend.get_parameters(model)
+    cotangents = random_cotangents(backend.forward(model, inputs, train=train))
+    arrays, input_grads = backend.vjp(model, inputs, cotangents, train=train)
+    keys = [(g, a) for g in sorted(arrays) for a in sorted(arrays[g])]
+    point = _flat_gradient([np.asarray(values[g][a]) for g, a in keys] + inputs)
+    grad = _flat_gradient([arrays[g][a] for g, a in keys] + list(input_grads))
+    shapes = [np.shape(values[g][a]) for g, a in keys] + [x.shape for x in inputs]
+
+    def pairing(x: np.ndarray) -> float:
+        parts, at = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape))
+            parts.append(x[at:at + size].reshape(shape))
+            at += size
+        changed = {g: dict(values[g]) for g in values}
+        for (g, a), part in zip(keys, parts, strict=False):
+            changed[g][a] = part
+        outputs = backend.forward(backend.set_parameters(model, changed), parts[len(keys):],
+                                  train=train)
+        return float(sum(np.sum(np.asarray(o, np.float64) * c)
+                         for o, c in zip(outputs, cotangents, strict=True)))
+
+    h = FD_STEP * max(float(np.max(np.abs(point))) if point.size else 1.0, 1.0)
+    rng = np.random.default_rng(COTANGENT_SEED + 1)
+    worst, used = 0.0, 0
+    for _ in range(20):
+        if used == FD_DIRECTIONS or not point.size:
+            break
+        d = rng.standard_normal(point.size)
+        d /= np.linalg.norm(d)
+        exact = float(grad @ d)
+        coarse = (pairing(point + h * d) - pairing(point - h * d)) / (2 * h)
+        fine = (pairing(point + h / 4 * d) - pairing(point - h / 4 * d)) / (h / 2)
+        scale = max(abs(exact), abs(fine), 1e-300)
+        if abs(coarse - fine) > FD_TOLERANCE * scale * 100:
+            continue        # a kink between the steps
+        worst = max(worst, abs(fine - exact) / scale)
+        used += 1
+    if used < FD_DIRECTIONS and point.size:
+        raise PetabSciMLError(f"finite differences: only {used} of {FD_DIRECTIONS} random "
+                              "directions avoided a kink in 20 draws")
+    return worst
+
+
 def _flat_gradient(parts: Sequence[np.ndarray]) -> np.ndarray:
     """All gradient arrays as one float64 vector, in order."""
     if not parts:
@@ -375,12 +452,28 @@ float64 gradients: torch's hardsigmoid backward uses the float32 constant 1/6 ev
 float64, a 3e-8 relative error of torch's own, hence 1e-7."""
 
 
+def _check_finite_differences(result: CaseResult, case: NetworkCase, mode: str) -> None:
+    """Add the finite-difference check to a float64 result (failing it above
+    :data:`FD_TOLERANCE`)."""
+    try:
+        result.fd_rel_error = finite_difference_error(case, result.backend, mode=mode)
+    except Exception as exc:  # noqa: BLE001 - reported with the case
+        result.error = f"finite differences: {type(exc).__name__}: {exc}"
+        result.passed = False
+        return
+    if result.fd_rel_error > FD_TOLERANCE:
+        result.passed = False
+        result.error = (f"the gradient differs from central finite differences by "
+                        f"{result.fd_rel_error:.1e} (relative; allowed {FD_TOLERANCE:.0e})")
+
+
 def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "float32",
             progress: Callable[[str], None] | None = None, mode: str = "train"
             ) -> list[CaseResult]:
     """Run every case on every backend (in its own mode, else ``mode``); with several
     backends, add cross-backend columns to the first backend's result (and fail it if the
-    backends disagree)."""
+    backends disagree).  In float64 each backend's gradient is also checked against
+    finite differences (``fd_rel_error``)."""
     if mode not in MODES:
         raise PetabSciMLError(f"mode must be train or eval, got {mode!r}")
     results: list[CaseResult] = []
@@ -394,6 +487,10 @@ def run_all(paths: Sequence[Path], backends: Sequence[str], *, dtype: str = "flo
                            for b in backends)
             continue
         per_backend = [run_case(case, b, dtype=dtype, mode=mode) for b in backends]
+        if dtype == "float64":
+            for r in per_backend:
+                if r.error is None:
+                    _check_finite_differences(r, case, mode)
         if len(backends) > 1 and all(r.error is None for r in per_backend):
             try:
                 cross = cross_backend(case, backends, dtype=dtype, mode=mode)
@@ -479,6 +576,9 @@ class ProblemResult:
     cross: dict[str, Any] = field(default_factory=dict)
     gradient_norm: float | None = None
     """Norm of this backend's vector-Jacobian products in the cross-backend check."""
+    fd_rel_error: float | None = None
+    """float64 runs: this backend's vector-Jacobian product against central finite
+    differences (:func:`finite_difference_error`)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

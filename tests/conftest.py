@@ -88,6 +88,7 @@ LONGEST_MODULES_FIRST = (
     "tests/fit/test_fit_stop_signals.py",                   # 87 s
     "tests/security/test_fit_checkpoints.py",               # 72 s
     "tests/backends/torch/test_batched_experiments.py",     # 58 s
+    "tests/cli/test_test_cases_gradients.py",               # 68 s
 )
 
 

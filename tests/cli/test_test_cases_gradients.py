@@ -108,3 +108,45 @@ def test_json_reports_each_backends_gradient_norm():
     assert {r["backend"] for r in results} == {"torch", "jax"}
     for r in results:
         assert r["gradient_norm"] > 0.1 and r["cross"]["gradient_compared"] is True
+
+
+# ------------------------------------------------------------- against finite differences
+def test_finite_differences_catch_the_one_percent_error(monkeypatch):
+    """The independent reference: each backend's float64 product against central
+    differences of its own outputs.  The same 1% error in one entry fails it."""
+    case = testcases.load_case(TWO_OUTPUTS)
+    for name in ("torch", "jax"):
+        assert testcases.finite_difference_error(case, name) <= testcases.FD_TOLERANCE
+    monkeypatch.setattr(testcases, "get_backend", lambda name: _OneEntryOff(
+        get_backend(name)))
+    assert testcases.finite_difference_error(case, "jax") > testcases.FD_TOLERANCE
+
+
+def test_float64_run_reports_and_checks_finite_differences(monkeypatch):
+    results = testcases.run_all([TWO_OUTPUTS], ["torch", "jax"], dtype="float64")
+    assert all(r.passed and r.fd_rel_error <= testcases.FD_TOLERANCE for r in results)
+    monkeypatch.setattr(testcases, "get_backend", lambda name: _OneEntryOff(
+        get_backend(name)) if name == "jax" else get_backend(name))
+    results = testcases.run_all([TWO_OUTPUTS], ["torch"], dtype="float64")
+    assert results[0].passed
+    results = testcases.run_all([TWO_OUTPUTS], ["jax"], dtype="float64")
+    assert not results[0].passed and "finite differences" in results[0].error
+
+
+@pytest.mark.slow
+def test_every_bundled_and_official_network_case_meets_finite_differences():
+    """README quotes the worst error (official ML-import case 043, 1.1e-7)."""
+    from tests.support.suite import SUITE
+
+    roots = [testcases.bundled_cases()]
+    if SUITE is not None and (SUITE / "test_cases" / "ml_model_import").is_dir():
+        roots.append(SUITE / "test_cases" / "ml_model_import")
+    cases = testcases.discover(roots)
+    assert len(cases) >= 120
+    worst = {}
+    for path in cases:
+        case = testcases.load_case(path)
+        for name in ("torch", "jax"):
+            worst[f"{path.name} {name}"] = testcases.finite_difference_error(case, name)
+    failing = {k: v for k, v in worst.items() if not v <= testcases.FD_TOLERANCE}
+    assert not failing, failing
