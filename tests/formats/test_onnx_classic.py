@@ -240,17 +240,34 @@ def _write_zoo_case(name: str, folder: Path) -> Path:
 
 
 @pytest.mark.skipif(not light_dir().is_dir(), reason="the onnx wheel has no light models")
-@pytest.mark.parametrize("name", ["inception_v1", "squeezenet"])
 @pytest.mark.slow
-def test_zoo_case_passes_test_cases_run_with_a_gradient_to_compare(name, tmp_path):
-    """Softmax-headed zoo networks as cases of ``test-cases run --backend all --mode
-    eval``: the outputs match onnxruntime's and the cross-backend vector-Jacobian
-    products are compared, with a norm far above rounding (the sum-of-outputs gradient
-    this check replaced was zero here, and Inception v1 failed on its noise)."""
+def test_zoo_case_passes_test_cases_run_with_a_gradient_to_compare(tmp_path):
+    """A softmax-headed zoo network (SqueezeNet) as a case of ``test-cases run --backend
+    all --mode eval``: the outputs match onnxruntime's and the cross-backend
+    vector-Jacobian products are compared, with a norm far above rounding (the
+    sum-of-outputs gradient this check replaced was zero there)."""
     from petab_sciml import testcases
 
-    case = _write_zoo_case(name, tmp_path / name)
+    case = _write_zoo_case("squeezenet", tmp_path / "squeezenet")
     results = testcases.run_all([case], ["torch", "jax"], mode="eval")
     for r in results:
         assert r.passed, (r.error, r.max_abs_error, r.cross)
         assert r.cross["gradient_compared"] and r.gradient_norm > 1e-3
+
+
+@pytest.mark.skipif(not light_dir().is_dir(), reason="the onnx wheel has no light models")
+@pytest.mark.slow
+def test_inception_products_agree_in_float64(tmp_path):
+    """Inception v1 (the zoo model whose sum-of-outputs gradient check failed on noise):
+    in float64 the backends' vector-Jacobian products agree to 1e-7 of the largest entry,
+    with a norm far above rounding.  In float32 they differ by up to 2e-4 of it from run
+    to run (rounding decides a few ReLU and max-pool kinks differently), which the
+    float32 tolerance of 1e-4 does not always admit."""
+    from petab_sciml import testcases
+
+    case = testcases.load_case(_write_zoo_case("inception_v1", tmp_path / "inception_v1"))
+    cross = testcases.cross_backend(case, ["torch", "jax"], dtype="float64", mode="eval")
+    out_tol, grad_tol = testcases.CROSS_TOLERANCES["float64"]
+    assert cross["gradient_compared"] and cross["gradient_max_rel_diff"] <= grad_tol
+    assert min(cross["gradient_norm"].values()) > 1e-3
+    assert cross["output_max_abs_diff"] <= out_tol
