@@ -322,22 +322,16 @@ def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
     case's mode (else ``mode``).
     """
     network = get_format("yaml").read(case.net_file)
-    params = load_parameters(case.params[0], network) if case.params[0] is not None else None
     inputs = _inputs_of(case, 0)
     train = case.mode_or(mode) == "train" and not network.stochastic
     results, cotangents = [], None
     for name in backend_names:
-        backend = get_backend(name)
-        model = backend.build(network, dtype=dtype)
-        if params is not None:
-            model = backend.set_parameters(model, params)
+        backend, model = _first_repetition_model(case, network, name, dtype)
         outputs = backend.forward(model, inputs, train=train)
         if cotangents is None:
             cotangents = random_cotangents(outputs)
         arrays, input_grads = backend.vjp(model, inputs, cotangents, train=train)
-        # one order for every backend (JAX returns its dicts with sorted keys)
-        flat = [arrays[group][array] for group in sorted(arrays)
-                for array in sorted(arrays[group])] + list(input_grads)
+        flat = [arrays[g][a] for g, a in _array_keys(arrays)] + list(input_grads)
         results.append((name, outputs, _flat_gradient(flat)))
     _, ref_out, ref_grad = results[0]
     scale = float(np.max(np.abs(ref_grad))) if ref_grad.size else 0.0
@@ -356,6 +350,23 @@ def cross_backend(case: NetworkCase, backend_names: Sequence[str], *,
     return {"output_max_abs_diff": out_diff, "gradient_max_rel_diff": grad_diff,
             "gradient_compared": compared,
             "gradient_norm": {name: float(np.linalg.norm(g)) for name, _, g in results}}
+
+
+def _first_repetition_model(case: NetworkCase, network: Network, backend_name: str,
+                            dtype: str) -> tuple[Any, Any]:
+    """``(backend, model)``: ``network`` built in ``backend_name`` with the parameters of
+    the case's first repetition."""
+    backend = get_backend(backend_name)
+    model = backend.build(network, dtype=dtype)
+    if case.params[0] is not None:
+        model = backend.set_parameters(model, load_parameters(case.params[0], network))
+    return backend, model
+
+
+def _array_keys(arrays: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(layer, array)`` pairs in one order for every backend (JAX returns its dicts
+    with sorted keys, PyTorch in module order)."""
+    return [(g, a) for g in sorted(arrays) for a in sorted(arrays[g])]
 
 
 def random_cotangents(outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -388,16 +399,13 @@ def finite_difference_error(case: NetworkCase, backend_name: str, *,
     run in eval mode, others in the case's mode (else ``mode``).
     """
     network = get_format("yaml").read(case.net_file)
-    backend = get_backend(backend_name)
-    model = backend.build(network, dtype="float64")
-    if case.params[0] is not None:
-        model = backend.set_parameters(model, load_parameters(case.params[0], network))
+    backend, model = _first_repetition_model(case, network, backend_name, "float64")
     inputs = [np.asarray(x, np.float64) for x in _inputs_of(case, 0)]
     train = case.mode_or(mode) == "train" and not network.stochastic
     values = backend.get_parameters(model)
     cotangents = random_cotangents(backend.forward(model, inputs, train=train))
     arrays, input_grads = backend.vjp(model, inputs, cotangents, train=train)
-    keys = [(g, a) for g in sorted(arrays) for a in sorted(arrays[g])]
+    keys = _array_keys(arrays)
     point = _flat_gradient([np.asarray(values[g][a]) for g, a in keys] + inputs)
     grad = _flat_gradient([arrays[g][a] for g, a in keys] + list(input_grads))
     shapes = [np.shape(values[g][a]) for g, a in keys] + [x.shape for x in inputs]
@@ -573,12 +581,7 @@ class ProblemResult:
     tolerances: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
-    cross: dict[str, Any] = field(default_factory=dict)
-    gradient_norm: float | None = None
-    """Norm of this backend's vector-Jacobian products in the cross-backend check."""
-    fd_rel_error: float | None = None
-    """float64 runs: this backend's vector-Jacobian product against central finite
-    differences (:func:`finite_difference_error`)."""
+    cross: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -763,7 +766,6 @@ def run_problems(paths: Sequence[Path], backends: Sequence[str], *,
             agree = cross["llh_rel_diff"] <= CROSS_LLH_RTOL
             for r in per_backend:
                 r.cross = cross
-                r.gradient_norm = cross.get("gradient_norm", {}).get(r.backend)
                 r.passed = r.passed and agree
                 if not agree and r.error is None:
                     r.error = (f"backends disagree: log-likelihood relative difference "

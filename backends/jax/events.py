@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from petab_sciml.simulation.events import ROOT_RTOL
+from petab_sciml.simulation.events import MAX_STATE_EVENTS, ROOT_RTOL
 
 
 class Events:
@@ -75,8 +75,6 @@ class EventProbe:
         import jax.numpy as jnp
         import optimistix as optx
 
-        from petab_sciml.simulation.events import MAX_STATE_EVENTS
-
         from .solvers import diffrax_solver, step_controller
 
         self.events, self.field, self.nets, self.options = events, field, nets, options
@@ -102,8 +100,6 @@ class EventProbe:
         import diffrax
         import jax
         import jax.numpy as jnp
-
-        from petab_sciml.simulation.events import MAX_STATE_EVENTS
 
         from .steady_state import steady_state_event
 
@@ -140,8 +136,6 @@ class EventProbe:
         applied and recorded: the probe's loop body."""
         import diffrax
         import jax.numpy as jnp
-
-        from petab_sciml.simulation.events import MAX_STATE_EVENTS
 
         from .solvers import succeeded
 
