@@ -11,6 +11,7 @@ import operator
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from petab_sciml.catalogue import TRIGONOMETRIC
 from petab_sciml.formats.graph_building import Tensor
 from petab_sciml.formats.torchscript_graph import (
     _UNKNOWN,
@@ -527,6 +528,7 @@ _ATEN: dict[str, Any] = {
         "hardsigmoid": "hardsigmoid", "mish": "mish", "log_sigmoid": "logsigmoid",
         "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "abs", "neg": "neg",
         "erf": "erf", "special_erf": "erf", "sign": "sign", "sin": "sin", "cos": "cos",
+        **{name: name for name in TRIGONOMETRIC},
     }.items()},
     **{name: _binary(fn) for name, fn in {
         "gt": "gt", "greater": "gt", "lt": "lt", "less": "lt", "ge": "ge",

@@ -871,6 +871,11 @@ _fn("round", _X, Arg("decimals", "int", 0), methods=["round"])
 _fn("trunc", _X, methods=["trunc"], aliases=["fix", "torch.fix"])
 _fn("sin", _X, methods=["sin"])
 _fn("cos", _X, methods=["cos"])
+TRIGONOMETRIC = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+"""Elementwise functions named as in PyTorch (``torch.asin``, ``Tensor.asin``; NumPy's
+``arcsin``), each of one tensor, with no arguments."""
+for _name in TRIGONOMETRIC:
+    _fn(_name, _X, methods=[_name])
 
 # Comparisons (bool tensors, as in PyTorch) and selection.
 _fn("gt", _A, _B, methods=["gt", "greater"], operator=["gt"],
@@ -1011,6 +1016,7 @@ catalogue until it is listed here."""
 
 SMOOTH_FUNCTIONS = frozenset({
     "add", "sub", "mul", "div", "neg", "pow", "exp", "log", "sqrt", "sin", "cos", "erf",
+    *TRIGONOMETRIC,
     "tanh", "sigmoid", "silu", "gelu", "mish", "logsigmoid", "softplus", "tanhshrink",
     "softmax", "log_softmax", "sum", "mean", "prod", "cumsum", "matmul", "cat", "stack",
     "chunk", "getitem", "reshape", "reshape_as", "flatten", "unflatten", "squeeze",

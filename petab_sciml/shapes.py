@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from petab_sciml.catalogue import LAYERS, POOL_FUNCTIONS, as_tuple
+from petab_sciml.catalogue import LAYERS, POOL_FUNCTIONS, TRIGONOMETRIC, as_tuple
 from petab_sciml.network import Network, Ref
 
 Shape = tuple[int, ...]
@@ -350,7 +350,8 @@ _FUNCTIONS: dict[str, Callable[[_Args], Shape]] = {
         "relu", "relu6", "hardtanh", "hardswish", "selu", "silu", "leaky_relu", "gelu",
         "logsigmoid", "tanhshrink", "softsign", "softplus", "tanh", "sigmoid", "hardsigmoid",
         "mish", "elu", "celu", "neg", "exp", "log", "sqrt", "abs", "clamp", "erf", "sign",
-        "sin", "cos", "contiguous", "flip", "floor", "ceil", "round", "trunc")},
+        "sin", "cos", "contiguous", "flip", "floor", "ceil", "round", "trunc",
+        *TRIGONOMETRIC)},
     **{name: _binary("input", "other") for name in (
         "add", "sub", "mul", "div", "floor_divide", "remainder", "maximum", "minimum", "gt",
         "lt", "ge", "le", "eq")},

@@ -127,6 +127,12 @@ class Case:
         return [f"input{k}" for k in range(len(self.inputs))]
 
 
+def _trigonometric(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = 0.9 * torch.tanh(x)   # in (-0.9, 0.9): asin, acos, atanh, tan defined and smooth
+    return (torch.asin(y) * x + y.acos() * y + torch.atan(x) + y.atanh() + torch.atanh(0.5 * y)
+            + torch.tan(y), torch.sinh(y) * x.cosh() + torch.asinh(x) + (2 + x * x).acosh())
+
+
 def _lin(i: int, o: int, bias: bool = True) -> Callable[[], nn.Module]:
     return lambda: nn.Linear(i, o, bias=bias)
 
@@ -518,6 +524,9 @@ CASES: list[Case] = [
         torch.floor(x) + x.ceil() + torch.round(x) + x.round(decimals=1) + torch.trunc(x))),
          ((3, 4),), "Tensor.reshape_as, Tensor.view_as, unflatten, chunk; floor, ceil, "
          "round, trunc (two outputs)", scale=3.0),
+    Case("trigonometric", fn1(lambda m, x: _trigonometric(x)), ((3, 4),),
+         "tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh (torch. and Tensor.; "
+         "arguments kept inside their domains by tanh)", scale=2.0),
 ]
 
 

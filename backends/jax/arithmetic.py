@@ -157,6 +157,16 @@ def _cos(input, **_):
     return jnp.cos(input)
 
 
+def _elementwise(fn):
+    return lambda input, **_: fn(input)
+
+
+for _name, _fn in {"tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
+                   "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh,
+                   "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh}.items():
+    implements(_name)(_elementwise(_fn))
+
+
 # --------------------------------------------------------------------------- comparisons
 @implements("gt")
 def _gt(input, other, **_):

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from petab_sciml.catalogue import implicit_softmax_dim
+from petab_sciml.catalogue import TRIGONOMETRIC, implicit_softmax_dim
 
 
 def add(input: Any, other: Any, alpha: float = 1) -> Any:
@@ -171,6 +171,7 @@ TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "mean": mean,
     "maximum": torch.maximum, "minimum": torch.minimum, "erf": torch.erf, "sign": torch.sign,
     "sin": torch.sin, "cos": torch.cos,
+    **{name: getattr(torch, name) for name in TRIGONOMETRIC},
     "gt": operator.gt, "lt": operator.lt, "ge": operator.ge, "le": operator.le,
     "eq": operator.eq, "where": where,
     "amax": amax, "amin": amin, "prod": prod, "flip": flip, "pad": pad,

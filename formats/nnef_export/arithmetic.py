@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from petab_sciml.catalogue import TRIGONOMETRIC
+
 from .registry import function
 from .writer import _Ident, _Writer
 
-_UNARY = ("exp", "log", "sqrt", "abs", "neg", "sign", "sin", "cos", "floor", "ceil")
+_UNARY = ("exp", "log", "sqrt", "abs", "neg", "sign", "sin", "cos", "floor", "ceil",
+          *TRIGONOMETRIC)
 """Functions NNEF has under the same name, without arguments."""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from petab_sciml.catalogue import TRIGONOMETRIC
 from petab_sciml.formats.graph_building import Tensor
 
 from .lifter import _aligned, _input, _Lifter, _out
@@ -13,7 +14,7 @@ from .patterns import _patterns
 from .registry import handles
 
 _UNARY = ("sigmoid", "tanh", "exp", "log", "sqrt", "neg", "gelu", "silu", "softplus",
-          "sin", "cos", "floor", "ceil", "round")
+          "sin", "cos", "floor", "ceil", "round", *TRIGONOMETRIC)
 """NNEF operations with a catalogue function of the same name and one operand."""
 
 

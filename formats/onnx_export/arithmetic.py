@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from petab_sciml.catalogue import TRIGONOMETRIC
 from petab_sciml.network import Ref
 
 from .exporter import COMPARE_OPS, _Exporter
@@ -14,7 +15,7 @@ from .registry import function
 
 _UNARY = {"neg": "Neg", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "abs": "Abs",
           "erf": "Erf", "sign": "Sign", "sin": "Sin", "cos": "Cos", "floor": "Floor",
-          "ceil": "Ceil"}
+          "ceil": "Ceil", **{name: name.capitalize() for name in TRIGONOMETRIC}}
 _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow"}
 
 

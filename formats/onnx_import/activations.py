@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from petab_sciml.catalogue import TRIGONOMETRIC
+
 from .importer import _Importer
 from .registry import handles
 from .values import _C, _P, _T, _close, _f32, _Lazy
@@ -20,6 +22,7 @@ _UNARY = {
     "Sqrt": "sqrt", "Abs": "abs", "Neg": "neg", "Softsign": "softsign", "Softplus": "softplus",
     "HardSwish": "hardswish", "Mish": "mish", "Sin": "sin", "Cos": "cos",
     "Floor": "floor", "Ceil": "ceil", "Round": "round",
+    **{name.capitalize(): name for name in TRIGONOMETRIC},
 }
 _SELU_ALPHA = 1.6732632423543772
 _SELU_GAMMA = 1.0507009873554805

@@ -64,6 +64,13 @@ def _reduce_max(im: _Importer, node: Any, ins: list) -> None:
     if axes:
         kwargs["dim"] = axes
     fn = "amax" if node.op_type == "ReduceMax" else "amin"
+    shape = im.static_shape(x)
+    if shape is not None:
+        reduced = [shape[a] for a in axes] if axes else list(shape)
+        if 0 in reduced:
+            # ONNX defines -inf / +inf there; PyTorch's amax/amin refuse empty sets
+            raise im.error(node, f"{node.op_type} over an empty set (input shape "
+                                 f"{list(shape)}): PyTorch's {fn} has no value for it")
     im.bind(node, 0, im.emit(fn, [im.tensor(x, node)], kwargs, name=im.out_name(node)))
 
 

@@ -168,8 +168,11 @@ def _depth_space(im: _Importer, node: Any, ins: list) -> None:
         raise im.error(node, f"{node.op_type} needs a static 4-D input shape")
     b, c, h, w = shape
     ref = im.tensor(ins[0], node)
+    mode = at.get("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise im.error(node, f"{node.op_type} mode {mode!r}: expected 'DCR' or 'CRD'")
     if node.op_type == "DepthToSpace":
-        if at.get("mode", "DCR") == "DCR":
+        if mode == "DCR":
             t = im.emit("reshape", [ref], {"shape": [b, bs, bs, c // bs**2, h, w]})
             t = im.emit("permute", [t], {"dims": [0, 3, 4, 1, 5, 2]})
         else:
@@ -179,7 +182,9 @@ def _depth_space(im: _Importer, node: Any, ins: list) -> None:
                       name=im.out_name(node))
     else:
         t = im.emit("reshape", [ref], {"shape": [b, c, h // bs, bs, w // bs, bs]})
-        t = im.emit("permute", [t], {"dims": [0, 3, 5, 1, 2, 4]})
+        # DCR: channel (row offset, column offset, c); CRD (opset 25): (c, row, column)
+        dims = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+        t = im.emit("permute", [t], {"dims": dims})
         out = im.emit("reshape", [t], {"shape": [b, c * bs**2, h // bs, w // bs]},
                       name=im.out_name(node))
     im.bind(node, 0, out)

@@ -549,7 +549,8 @@ def test_layer_matches_torch(spec, dtype):
             1e-4 if dtype == "float32" else 1e-6)
 
 
-# Functions: (name, args after the first tensor, kwargs, input shape, positive, method).
+# Functions: (name, args after the first tensor, kwargs, input shape, domain, method);
+# domain: True (positive), "unit" (inside (-1, 1)) or "above_one".
 # The first argument is x * w with w a trainable free parameter, so gradients reach w.
 EXTRA_FUNCTIONS = [
     ("relu", [], {}, (3, 4)), ("relu6", [], {}, (3, 4)),
@@ -588,6 +589,11 @@ EXTRA_FUNCTIONS = [
     ("maximum", ["x"], {}, (3, 4)), ("maximum", ["x"], {}, (3, 4), False, True),
     ("minimum", ["x"], {}, (3, 4)), ("erf", [], {}, (3, 4)), ("sign", [], {}, (3, 4)),
     ("sin", [], {}, (3, 4)), ("cos", [], {}, (3, 4), False, True),
+    ("tan", [], {}, (3, 4), "unit"), ("asin", [], {}, (3, 4), "unit"),
+    ("acos", [], {}, (3, 4), "unit", True), ("atan", [], {}, (3, 4)),
+    ("sinh", [], {}, (3, 4)), ("cosh", [], {}, (3, 4), False, True),
+    ("asinh", [], {}, (3, 4)), ("acosh", [], {}, (3, 4), "above_one"),
+    ("atanh", [], {}, (3, 4), "unit", True),
     # comparisons: the bool result is multiplied by h (see _function_network)
     ("gt", [0.2], {}, (3, 4)), ("lt", ["x"], {}, (3, 4)), ("ge", [0.0], {}, (3, 4), False, True),
     ("le", ["x"], {}, (3, 4)), ("eq", ["h"], {}, (3, 4)), ("eq", [0.5], {}, (3, 4), False, True),
@@ -676,14 +682,18 @@ def test_extra_functions_cover_catalogue():
 @pytest.mark.parametrize("spec", EXTRA_FUNCTIONS, ids=lambda s: f"{s[0]}-{s[1]}-{s[2]}")
 def test_function_matches_torch(spec, dtype):
     name, rest, kwargs, shape, *flags = spec
-    positive = bool(flags and flags[0])
+    domain = flags[0] if flags else False   # True: positive
     method = bool(len(flags) > 1 and flags[1])
     network = _function_network(name, rest, kwargs, shape, method)
     rng = np.random.default_rng(1)
     x = rng.normal(size=shape)
     w = rng.normal(size=shape)
-    if positive:
+    if domain is True:
         x, w = np.abs(x) + 0.2, np.abs(w) + 0.2
+    elif domain == "unit":   # asin, acos, atanh: inside (-1, 1)
+        x, w = 0.9 * np.tanh(x), 0.9 * np.tanh(w)
+    elif domain == "above_one":   # acosh
+        x, w = np.abs(x) + 1.2, np.abs(w) + 1.2
     params = {"p": {"w": w.astype(dtype)}}
     inputs = [x.astype(dtype)]
     tol = 1e-5 if dtype == "float32" else 1e-10
