@@ -11,6 +11,8 @@ from .registry import handles
 from .values import _C, _Lazy
 
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_ROUNDING_TYPES = {10: "float16", 16: "bfloat16"}
+"""Float types narrower than float32 that a Cast may round a network value to."""
 _INT_TYPES = {2, 3, 4, 5, 6, 7, 12, 13}  # UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32/64
 
 
@@ -24,9 +26,11 @@ def _cast(im: _Importer, node: Any, ins: list) -> None:
     if node.op_type == "Cast":
         to = im.attrs(node).get("to")
     else:
-        like = ins[1]
-        arr = im.array(like)
-        to = 1 if arr is None or arr.dtype.kind == "f" else -1
+        arr = im.array(ins[1])
+        if arr is not None:
+            to = 1 if arr.dtype.kind == "f" else -1
+        else:   # a network value: its declared or inferred type
+            to = im.elem_types.get(node.input[1], 1)
     x = ins[0]
     if isinstance(x, _Lazy) and x.kind == "compare":
         if to == 9:  # BOOL: already one
@@ -43,6 +47,10 @@ def _cast(im: _Importer, node: Any, ins: list) -> None:
             im.done.add(index)
             im.bind(back, 0, im.emit("trunc", [im.tensor(x, node)], name=im.out_name(back)))
             return
+    if to in _ROUNDING_TYPES:
+        raise im.error(node, f"casting a network value to {_ROUNDING_TYPES[to]} would round "
+                       "it (and every value computed from it) to that precision, which the "
+                       "backends do not emulate: they compute in float32 or float64")
     if to not in _FLOAT_TYPES:
         raise im.error(node, "casting a network value to a non-float type is not supported "
                        "(networks compute in floating point; comparisons are bool), except "

@@ -32,6 +32,7 @@ from petab_sciml.network import ID_PATTERN, Network
 
 from ..graph_building import reachable
 from ..onnx_budget import folded_elements, infer_shapes_bounded
+from .functions import expand_functions
 from .registry import HANDLERS, NO_FOLD, PREPASSES
 from .values import _C, _P, _T, NameEntry, OnnxImport, _compact, _f32, _Lazy, _sanitize
 
@@ -69,6 +70,12 @@ _COMPARE = {"Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge", "LessOrEqual"
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
               "wrap": "circular"}
 """ONNX Pad modes -> F.pad modes."""
+_LOW_PRECISION = {16, 17, 18, 19, 20, 23, 24}
+"""BFLOAT16, the FLOAT8 types, FLOAT4E2M1, FLOAT8E8M0 and the like: element types whose
+rounding the backends do not emulate (onnx ``TensorProto`` numbers)."""
+_INPUT_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
+"""Element types a graph input may have: FLOAT, the integers of 8 to 64 bits, BOOL,
+FLOAT16 and DOUBLE (onnx ``TensorProto`` numbers); 0 (undefined) is refused too."""
 _SHAPE_ONLY = {"Identity", "Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Cast",
                "CastLike", "Flatten", "Transpose"}
 
@@ -127,6 +134,9 @@ class _Importer:
             except Exception as exc:  # pragma: no cover - depends on the onnx version
                 raise NetworkError(f"cannot inline the model's local functions: {exc}",
                                    file=self.source) from None
+        # ops ONNX defines as functions of other ops: their bodies, as onnx's *_expanded
+        self.model = expand_functions(self.model, HANDLERS, self.opset, self.source)
+        self.graph = self.model.graph
         self.inits: dict[str, np.ndarray] = {}
         for t in self.graph.initializer:
             try:
@@ -155,10 +165,13 @@ class _Importer:
             for p in n.metadata_props)
         # Static shapes from ONNX shape inference (with data propagation).
         self.shapes: dict[str, tuple | None] = {}
+        self.elem_types: dict[str, int] = {}
         inferred = self._infer_shapes()
         for vi in (list(inferred.graph.value_info) + list(inferred.graph.input)
                    + list(inferred.graph.output)):
             self.shapes[vi.name] = self._shape_of_type(vi.type)
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                self.elem_types[vi.name] = vi.type.tensor_type.elem_type
         self.consumers: dict[str, list[int]] = {}
         for i, node in enumerate(self.graph.node):
             for name in node.input:
@@ -269,6 +282,7 @@ class _Importer:
         for vi in self.graph.input:
             if vi.name in init_names:
                 continue
+            self._check_input_type(vi)
             input_id = self._unique_input_id(vi.name, inputs)
             inputs.append(input_id)
             self._add_node({"name": input_id, "op": "placeholder", "target": input_id})
@@ -288,6 +302,9 @@ class _Importer:
                 raise NetworkError(f"graph output {o.name!r} is not computed by any node",
                                    file=self.source)
             value = self.env[o.name]
+            if value is None or (o.type.WhichOneof("value") not in (None, "tensor_type")):
+                raise NetworkError(f"graph output {o.name!r} is not a tensor (a sequence, map "
+                                   "or optional); networks return tensors", file=self.source)
             ref = self.tensor(value, None, hint=o.name)
             outputs.append(ref)
         out_name = self._node_name("output")
@@ -312,6 +329,28 @@ class _Importer:
         dtype = "float64" if 11 in elem else "float32"
         return OnnxImport(network, self.params, self.names, self.warnings, self.opset,
                           self.producer, dtype)
+
+    def _check_input_type(self, vi: Any) -> None:
+        """Graph inputs are float32/float64 (or float16, computed in float32), integers or
+        bools; low-precision floats (bfloat16, float8, float4) would need every later value
+        rounded to them, which the backends do not emulate."""
+        from onnx import helper
+
+        elem = vi.type.tensor_type.elem_type
+        if not vi.type.HasField("tensor_type"):
+            raise NetworkError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "
+                               "optional); networks take tensors", file=self.source)
+        if elem in _LOW_PRECISION or elem not in _INPUT_TYPES:
+            name = (helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.")
+                    if elem else "of undefined element type")
+            raise NetworkError(f"graph input {vi.name!r} is {name}: the backends compute in "
+                               "float32 or float64 (integers of 8 to 64 bits, bool) and do "
+                               "not emulate it; export the network in float32",
+                               file=self.source)
+        if elem == 10:   # FLOAT16
+            self.warnings.append(f"graph input {vi.name!r} is float16: the network computes "
+                                 "in float32 (results differ from a float16 run by float16 "
+                                 "rounding)")
 
     def _unique_input_id(self, name: str, taken: list[str]) -> str:
         base = name if ID_PATTERN.match(name) else _sanitize(name, "input_")

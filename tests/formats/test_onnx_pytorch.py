@@ -49,6 +49,8 @@ EXPORTER_FAILS = {
                              "aten_amin requires dim)",
     ("reshape_as_rounding", "ts"): "TorchScript exporter: 'Exporting the operator "
                                    "aten::trunc to ONNX opset version 20 is not supported'",
+    ("trigonometric", "ts"): "TorchScript exporter: 'Exporting the operator aten::atanh "
+                             "to ONNX opset version 20 is not supported'",
     ("lstm_proj_state", "ts"): "TorchScript exporter: 'Unsupported: ONNX export of operator "
                                "LSTM, LSTMs with projections'",
     "functional_pools_1d_3d": "both exporters refuse an adaptive 3-d pool whose output "
