@@ -74,7 +74,10 @@ def _floor_divide(input, other, **_):
 
 @implements("remainder")
 def _remainder(input, other, **_):
-    return input - other * _div(input, other, "floor")
+    # PyTorch's value and gradients; an infinite divisor gives what torch.remainder gives
+    # (x where the signs agree, else the divisor), where the formula's inf * 0 is nan
+    formula = input - other * _div(input, other, "floor")
+    return jnp.where(jnp.isinf(other), jnp.remainder(input, other), formula)
 
 
 @implements("neg")

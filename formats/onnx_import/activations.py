@@ -84,6 +84,9 @@ def _clip(im: _Importer, node: Any, ins: list) -> None:
     a = im.attrs(node)
     if im.opset < 11:
         lo, hi = a.get("min"), a.get("max")
+    elif any(_computed(im, node, i) for i in (1, 2)):
+        _clip_computed(im, node, ins)
+        return
     else:
         lo = im.static(node, 1, "min")
         hi = im.static(node, 2, "max")
@@ -101,6 +104,32 @@ def _clip(im: _Importer, node: Any, ins: list) -> None:
         return
     im.bind(node, 0, im.emit("clamp", [im.tensor(x, node)], {"min": lo, "max": hi},
                              name=im.out_name(node)))
+
+
+def _computed(im: _Importer, node: Any, index: int) -> bool:
+    """Whether input ``index`` of ``node`` is present and computed from network inputs."""
+    if index >= len(node.input) or not node.input[index]:
+        return False
+    return im.array(im.value(node.input[index], node)) is None
+
+
+def _clip_computed(im: _Importer, node: Any, ins: list) -> None:
+    """Clip with a bound computed by the network: ``min(max(x, lo), hi)`` as ONNX defines
+    it, each bound a ``clamp`` where it is a constant and ``maximum``/``minimum`` where
+    it is computed."""
+    t = im.tensor(ins[0], node)
+    for index, (name, fn, key) in {1: ("min", "maximum", "min"),
+                                   2: ("max", "minimum", "max")}.items():
+        if index >= len(node.input) or not node.input[index]:
+            continue
+        last = index == 2 or len(node.input) < 3 or not node.input[2]
+        out = {"name": im.out_name(node)} if last else {}
+        if _computed(im, node, index):
+            t = im.emit(fn, [t, im.tensor(ins[index], node)], **out)
+        else:
+            bound = _f32(np.asarray(im.static(node, index, name)).reshape(()).item())
+            t = im.emit("clamp", [t], {key: bound}, **out)
+    im.bind(node, 0, t)
 
 
 @handles("Softmax", "LogSoftmax")

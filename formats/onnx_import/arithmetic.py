@@ -144,3 +144,17 @@ def _cumsum(im: _Importer, node: Any, ins: list) -> None:
     if reverse:
         y = im.emit("flip", [y], {"dims": [axis]}, name=name)
     im.bind(node, 0, y)
+
+
+@handles("Mod")
+def _mod(im: _Importer, node: Any, ins: list) -> None:
+    """Mod: ``fmod=0`` is PyTorch's ``remainder`` (the sign of the divisor), ``fmod=1``
+    C's ``fmod`` (the sign of the dividend), ``x - trunc(x / y) * y``."""
+    a, b = ins[0], ins[1]
+    x, y = im.operand(a, node, b), im.operand(b, node, a)
+    if not im.attrs(node).get("fmod", 0):
+        im.bind(node, 0, im.emit("remainder", [x, y], name=im.out_name(node)))
+        return
+    quotient = im.emit("div", [x, y], {"rounding_mode": "trunc"})
+    product = im.emit("mul", [quotient, y])
+    im.bind(node, 0, im.emit("sub", [x, product], name=im.out_name(node)))

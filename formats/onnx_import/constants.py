@@ -77,7 +77,7 @@ def _constant(im: _Importer, node: Any, ins: list) -> None:
 
 
 @handles("Shape", "Size", "ConstantOfShape", "Range", "Not", "And", "Or",
-          "Mod", "NonZero", "ArgMax", "ArgMin")
+          "NonZero", "ArgMax", "ArgMin")
 def _fold_only(im: _Importer, node: Any, ins: list) -> None:
     raise im.unsupported(node, "only supported on values known at import (they are folded); "
                          "here it depends on the network inputs" + (

@@ -97,3 +97,20 @@ def _reduce_prod(im: _Importer, node: Any, ins: list) -> None:
     if not keep:
         ref = im.emit("squeeze", [ref], {"dim": axes}, name=im.out_name(node))
     im.bind(node, 0, ref)
+
+
+@handles("LpNormalization")
+def _lp_normalization(im: _Importer, node: Any, ins: list) -> None:
+    """``x / ||x||_p`` along ``axis`` (ONNX adds no epsilon; a zero vector stays zero),
+    ``p`` 1 or 2."""
+    at = im.attrs(node)
+    p, axis = int(at.get("p", 2)), int(at.get("axis", -1))
+    if p not in (1, 2):
+        raise im.error(node, f"p = {p}: ONNX defines LpNormalization for p = 1 and 2 only")
+    x = im.tensor(ins[0], node)
+    terms = im.emit("abs", [x]) if p == 1 else im.emit("mul", [x, x])
+    norm = im.emit("sum", [terms], {"dim": [axis], "keepdim": True})
+    if p == 2:
+        norm = im.emit("sqrt", [norm])
+    norm = im.emit("where", [im.emit("eq", [norm, 0.0]), 1.0, norm])
+    im.bind(node, 0, im.emit("div", [x, norm], name=im.out_name(node)))

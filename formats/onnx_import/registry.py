@@ -24,6 +24,9 @@ def handles(*ops: str) -> Callable[[Any], Any]:
     """Register the decorated function as the converter of ``ops``."""
     def deco(fn):
         for op in ops:
+            if op in HANDLERS:   # import order would decide which one runs
+                raise RuntimeError(f"two handlers for ONNX op {op}: {HANDLERS[op].__name__} "
+                                   f"and {fn.__name__}")
             HANDLERS[op] = fn
         return fn
     return deco
