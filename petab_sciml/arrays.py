@@ -418,8 +418,20 @@ def _check_own_data(node: h5py.Dataset, path: Path, entry: str, *, budget: bool 
                              "their own data", file=path, entry=entry,
                              code="ARRAY_EXTERNAL_DATA")
     if budget and node.shape:
+        size = math.prod(node.shape)
         limits.check("max_array_elements", f"dataset of shape {tuple(node.shape)}: elements",
-                     math.prod(node.shape), file=path, entry=entry)
+                     size, file=path, entry=entry, backed=size if _holds_its_bytes(node) else 0)
+
+
+def _holds_its_bytes(node: h5py.Dataset) -> bool:
+    """Whether the file stores every byte the dataset declares: contiguous, uncompressed
+    and written (a chunked or compressed dataset, or one never written, may declare
+    far more than the file holds)."""
+    try:
+        return (node.chunks is None and node.compression is None
+                and node.id.get_storage_size() >= node.size * node.dtype.itemsize)
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def _group(parent: h5py.Group, name: str, path: Path, entry: str,

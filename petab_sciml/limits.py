@@ -141,10 +141,34 @@ def exceeded(limit: str, what: str, value: int | float, *, file: object | None =
 
 
 def check(limit: str, what: str, value: int | float, *, file: object | None = None,
-          entry: str | None = None) -> None:
-    """Raise :class:`LimitError` if ``value`` exceeds the budget ``limit``."""
-    if value > getattr(current(), limit):
-        raise exceeded(limit, what, value, file=file, entry=entry)
+          entry: str | None = None, backed: int = 0) -> None:
+    """Raise :class:`LimitError` if ``value`` exceeds the budget ``limit``.
+
+    ``backed``: how many of the ``value`` elements are backed by bytes the file actually
+    holds (ONNX initializers, NNEF variable data, a contiguous HDF5 dataset whose storage
+    is written).  The budgets stop files that *declare* more than they hold; backed
+    elements pass up to :func:`memory_elements`, and only the unbacked rest counts
+    against the budget."""
+    budget = getattr(current(), limit)
+    if value <= budget:
+        return
+    backed = min(int(backed), int(value))
+    if value - backed <= budget and value <= memory_elements():
+        return
+    raise exceeded(limit, what, value, file=file, entry=entry)
+
+
+def memory_elements() -> int:
+    """float32 elements that fit in a quarter of the memory available now (a network's
+    arrays are held several times: as read, in the backend, as gradients and optimizer
+    state); 0 where the platform does not say."""
+    import os
+
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    return int(available) // 16
 
 
 def _num(value: int | float) -> str:

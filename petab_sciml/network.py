@@ -178,6 +178,7 @@ class Network:
         free_parameters: Iterable[Mapping[str, Any] | FreeParameter] = (),
         *,
         source: object | None = None,
+        backed_elements: int = 0,
     ) -> Network:
         """Validate and build a network.
 
@@ -185,6 +186,8 @@ class Network:
         :class:`Layer`), ``nodes`` items ``{"name", "op", "target", "args", "kwargs"}``
         mappings (or :class:`Node`), ``free_parameters`` items ``{"id", "shape",
         "trainable"}``.  Raises :class:`NetworkError` naming ``source`` and the entry.
+        ``backed_elements``: parameter scalars whose values the source file holds (see
+        :func:`petab_sciml.limits.check`).
         """
         file = None if source is None else str(source)
         if not isinstance(id, str) or not ID_PATTERN.match(id):
@@ -195,7 +198,7 @@ class Network:
         input_ids = _check_inputs(inputs, file)
         built_layers = _build_layers(layers, file)
         free = _build_free_parameters(free_parameters, built_layers, file)
-        _check_sizes(built_layers, free, file)
+        _check_sizes(built_layers, free, file, backed_elements)
         built_nodes = _build_nodes(nodes, built_layers, free, file)
         order = _check_graph(built_nodes, input_ids, file)
         _check_tuple_values(built_nodes, built_layers, order, file)
@@ -313,7 +316,7 @@ def _build_layers(layers: Iterable[Mapping[str, Any] | Layer], file: str | None
 
 
 def _check_sizes(layers: Mapping[str, Layer], free: Mapping[str, FreeParameter],
-                 file: str | None) -> None:
+                 file: str | None, backed: int = 0) -> None:
     """Every parameter array has a valid shape (non-negative sizes), and together they
     hold at most ``max_elements`` scalars (:mod:`petab_sciml.limits`): checked here, from
     the declared arguments, before anything anywhere allocates an array."""
@@ -335,11 +338,11 @@ def _check_sizes(layers: Mapping[str, Layer], free: Mapping[str, FreeParameter],
                                    "non-negative sizes", file=file, entry=entry)
             total += info.size
             limits.check("max_elements", "parameter scalars the network declares", total,
-                         file=file, entry=entry)
+                         file=file, entry=entry, backed=backed)
     for p in free.values():
         total += math.prod(p.shape)
         limits.check("max_elements", "parameter scalars the network declares", total,
-                     file=file, entry=f"free parameter {p.id!r}")
+                     file=file, entry=f"free parameter {p.id!r}", backed=backed)
 
 
 def _build_free_parameters(items: Iterable[Mapping[str, Any] | FreeParameter],

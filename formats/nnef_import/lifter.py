@@ -411,6 +411,9 @@ def lift_graph(nnef: Any, graph: Any, source: Path, shapes: dict[str, list[int]]
         inputs = list(input_ids)
     if net_id is None:
         net_id = graph.name if ID_PATTERN.match(str(graph.name)) else "net"
+    # variables whose .dat data was read are held by the archive, not only declared
+    backed = sum(int(data.size) for name, (data, _) in lifter.variables.items()
+                 if name not in lifter.missing_data)
     network = Network.build(net_id, inputs, list(lifter.layers.values()), nodes, free,
-                            source=source)
+                            source=source, backed_elements=backed)
     return network, params

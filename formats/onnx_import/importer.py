@@ -318,8 +318,10 @@ class _Importer:
                     "independent copies (training unties them)")
         network_id = self.network_id or _sanitize(self.graph.name or "net", "net")
         try:
+            # the initializers' values are read: what the file declares, it holds
+            backed = sum(int(a.size) for a in self.inits.values())
             network = Network.build(network_id, inputs, self.layers, self.nodes, self.free,
-                                    source=self.source)
+                                    source=self.source, backed_elements=backed)
         except NetworkError as exc:  # pragma: no cover - an importer bug, not user input
             raise NetworkError(f"the imported network is invalid ({exc.message}); please "
                                "report this with the model", file=self.source,
