@@ -54,7 +54,9 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _elu_core(x, alpha, scale=1.0, input_scale=1.0):
-    neg = alpha * scale * jnp.expm1(jnp.minimum(x, 0) * input_scale)
+    # where, not minimum(x, 0): at x = 0 PyTorch takes the negative branch's derivative
+    # (minimum would split a tie's gradient in half)
+    neg = alpha * scale * jnp.expm1(jnp.where(x > 0, 0.0, x) * input_scale)
     return jnp.where(x > 0, scale * x, neg)
 
 

@@ -110,9 +110,19 @@ def _sqrt(input, **_):
     return jnp.sqrt(input)
 
 
+@jax.custom_jvp
+def _abs_with_torch_gradient(x):
+    return jnp.abs(x)
+
+
+# PyTorch: d|x|/dx = sign(x), 0 at 0 (JAX's own abs takes 1 there)
+_abs_with_torch_gradient.defjvp(
+    lambda primals, tangents: (jnp.abs(primals[0]), jnp.sign(primals[0]) * tangents[0]))
+
+
 @implements("abs")
 def _abs(input, **_):
-    return jnp.abs(input)
+    return _abs_with_torch_gradient(input)
 
 
 @implements("clamp")

@@ -65,7 +65,13 @@ def max_pool(x: jax.Array, kernel, stride, padding, dilation, ceil_mode: bool,
         index = (slice(None), slice(None)) + tuple(
             slice(o * d, o * d + (n - 1) * s + 1, s)
             for o, d, s, n in zip(offsets, dilation, stride, outs))
-        result = xp[index] if result is None else jnp.maximum(result, xp[index])
+        if result is None:
+            result = xp[index]
+        else:
+            # PyTorch's window scan: the first maximum (or nan) wins and takes the whole
+            # gradient (jnp.maximum would split a tie's gradient in half)
+            new = xp[index]
+            result = jnp.where((new > result) | jnp.isnan(new), new, result)
     return result
 
 

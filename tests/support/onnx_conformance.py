@@ -58,6 +58,12 @@ class CaseResult:
     scope_reason: str = ""
     outcome: dict[str, str] = field(default_factory=dict)
     reason: dict[str, str] = field(default_factory=dict)
+    gradient: dict[str, str] = field(default_factory=dict)
+    """Per backend, for passing cases checked with ``gradients=True``: ``agree``
+    (float64 vector-Jacobian product within ``testcases.FD_TOLERANCE`` of central finite
+    differences), ``disagree``, ``kinked`` (too few directions avoid a kink or jump) or
+    ``error``."""
+    fd_error: dict[str, float] = field(default_factory=dict)
 
 
 def node_cases() -> list[Any]:
@@ -159,8 +165,10 @@ def _onnxruntime_passes(model: Any, floats: list, expected: list, rtol: float,
         _close(g, e, rtol, atol) for g, e in zip(got, expected, strict=True))
 
 
-def run_case(case: Any, backends: tuple[str, ...] = BACKENDS) -> CaseResult:
-    """Import ``case`` and run it in ``backends``; see the module docstring."""
+def run_case(case: Any, backends: tuple[str, ...] = BACKENDS,
+             gradients: bool = False) -> CaseResult:
+    """Import ``case`` and run it in ``backends``; see the module docstring.  With
+    ``gradients``, passing float-scope cases also get :attr:`CaseResult.gradient`."""
     from petab_sciml.errors import PetabSciMLError
     from petab_sciml.formats.onnx import import_onnx
     from petab_sciml.plugins import get_backend
@@ -205,15 +213,46 @@ def run_case(case: Any, backends: tuple[str, ...] = BACKENDS) -> CaseResult:
         except Exception as exc:   # noqa: BLE001 - every other exception is a defect
             outcome, reason = "crash", _reason(exc)
         result.outcome[name], result.reason[name] = outcome, reason
+        if gradients and outcome == "pass" and result.in_scope:
+            result.gradient[name], err = _gradient(name, prepared[0])
+            if err is not None:
+                result.fd_error[name] = err
     return result
 
 
+def _gradient(backend_name: str, prepared: tuple) -> tuple[str, float | None]:
+    """The float64 vector-Jacobian product of the imported network against central
+    finite differences (``testcases.vjp_finite_difference_error``)."""
+    from petab_sciml.errors import PetabSciMLError
+    from petab_sciml.formats.onnx import import_onnx
+    from petab_sciml.plugins import get_backend
+    from petab_sciml.testcases import FD_TOLERANCE, vjp_finite_difference_error
+
+    model, floats, _ = prepared
+    backend = get_backend(backend_name)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            imported = import_onnx(model)
+            params = {g: {a: np.asarray(v, np.float64) for a, v in arrays.items()}
+                      for g, arrays in imported.parameters.items()}
+            net = backend.set_parameters(backend.build(imported.network, dtype="float64"),
+                                         params)
+            err = vjp_finite_difference_error(
+                backend, net, [np.asarray(a, np.float64) for a in floats])
+    except PetabSciMLError:
+        return "kinked", None
+    except Exception:   # noqa: BLE001 - reported as a count
+        return "error", None
+    return ("agree" if err <= FD_TOLERANCE else "disagree"), err
+
+
 def run_all(limit: int | None = None, backends: tuple[str, ...] = BACKENDS,
-            progress: bool = False) -> list[CaseResult]:
+            progress: bool = False, gradients: bool = False) -> list[CaseResult]:
     cases = node_cases()[:limit]
     results = []
     for i, case in enumerate(cases):
-        results.append(run_case(case, backends))
+        results.append(run_case(case, backends, gradients))
         if progress and i % 100 == 0:
             print(f"{i}/{len(cases)} {case.name}", file=sys.stderr, flush=True)
     name_expanded_after_their_op(results)
@@ -252,6 +291,9 @@ def summary(results: list[CaseResult]) -> dict:
         scope = Counter(r.outcome.get(name) for r in results if r.in_scope)
         every = Counter(r.outcome.get(name) for r in results)
         out["backends"][name] = {"float_scope": dict(scope), "all": dict(every)}
+        grads = Counter(r.gradient.get(name) for r in results if r.gradient)
+        if grads:
+            out["backends"][name]["gradients"] = dict(grads)
     return out
 
 
@@ -294,6 +336,16 @@ def docs_page(results: list[CaseResult]) -> str:
         pct = 100 * cols[0] / scope if scope else 0
         lines.append(f"| {name} | {cols[0]} of {scope} ({pct:.0f} %) | "
                      + " | ".join(str(c) for c in cols[1:]) + " |")
+    if any(r.gradient for r in results):
+        lines += ["", "Gradients (`--gradients`): in every passing float-scope case, each "
+                  "backend's float64", "vector-Jacobian product (seeded random cotangents, "
+                  "parameters and inputs together)", "against central finite differences "
+                  "along random directions (`testcases.FD_TOLERANCE`", "relative; `kinked`: "
+                  "too few directions avoid a kink or jump, as at `Floor` or `Sign`).", ""]
+        for name in BACKENDS:
+            counts = s["backends"][name].get("gradients", {})
+            lines.append(f"* {name}: " + ", ".join(f"{k} {v}" for k, v in
+                                                    sorted(counts.items())))
     lines += ["", "## Per op (float scope)", "",
               "Cases passed per backend, the opsets the cases use, and the reasons of the",
               "cases that do not pass (PyTorch's; JAX's where they differ).", "",
@@ -327,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--write-baseline", action="store_true")
+    ap.add_argument("--gradients", action="store_true",
+                    help="also check passing cases' gradients against finite differences")
     args = ap.parse_args(argv)
-    results = run_all(args.limit, progress=True)
+    results = run_all(args.limit, progress=True, gradients=args.gradients)
     print(json.dumps(summary(results), indent=1))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=0))
