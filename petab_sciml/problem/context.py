@@ -52,6 +52,8 @@ class ArraySources:
     """``net`` -> array file name (first file holding it)."""
     pytorch_format: dict[str, bool] = field(default_factory=dict)
     """Array file name -> its ``metadata/pytorch_format``."""
+    mismatched: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    """``net`` -> ``(layer, array)`` whose entry does not fit the network (reported)."""
 
 
 @dataclass
@@ -318,7 +320,7 @@ def _code(exc: BaseException, default: str) -> str:
 
 # ---------------------------------------------------------------------- array files
 def _read_arrays(ctx: ProblemContext) -> None:
-    from petab_sciml.arrays import check_parameters, read_array_file
+    from petab_sciml.arrays import read_array_file
 
     cfg = ctx.config
     src = ctx.arrays
@@ -370,15 +372,8 @@ def _read_arrays(ctx: ProblemContext) -> None:
             src.parameter_files.setdefault(net_id, name)
             for layer_id, arrays in layers.items():
                 if network is not None:
-                    try:
-                        check_parameters(network, {layer_id: arrays}, file=name,
-                                         net_id=net_id, strict=False)
-                    except ArrayFileError as exc:
-                        hint = "" if data.pytorch_format else " (pytorch_format is false, " \
-                            "but the network's format stores arrays in PyTorch's layout)"
-                        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc) + hint,
-                                       file=name, path=exc.entry)
-                        continue
+                    arrays = _fitting_arrays(ctx, network, net_id, layer_id, arrays, name,
+                                             data.pytorch_format)
                 for array_id, lazy in arrays.items():
                     if array_id in merged.get(layer_id, {}):
                         ctx.issues.add("ARRAY_DUPLICATE", f"{net_id}.{layer_id}.{array_id} is "
@@ -394,6 +389,34 @@ def _read_arrays(ctx: ProblemContext) -> None:
                 continue
             src.inputs[input_id] = keyed
             src.input_files[input_id] = name
+
+
+def _fitting_arrays(ctx: ProblemContext, network: Any, net_id: str, layer_id: str,
+                    arrays: dict[str, Any], name: str, pytorch_format: bool) -> dict[str, Any]:
+    """The arrays of ``layer_id`` that fit the network; each one that does not (unknown
+    layer or array, wrong shape) is reported on its own, with the shapes."""
+    from petab_sciml.arrays import check_parameters
+
+    hint = "" if pytorch_format else " (pytorch_format is false, but the network's " \
+        "format stores arrays in PyTorch's layout)"
+    try:   # the layer itself (known, has parameters)
+        check_parameters(network, {layer_id: {}}, file=name, net_id=net_id, strict=False)
+    except ArrayFileError as exc:
+        ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc) + hint, file=name,
+                       path=exc.entry)
+        return {}
+    fitting = {}
+    for array_id, lazy in arrays.items():
+        try:
+            check_parameters(network, {layer_id: {array_id: lazy}}, file=name,
+                             net_id=net_id, strict=False)
+        except ArrayFileError as exc:
+            ctx.issues.add("ARRAY_PARAMETERS_MISMATCH", _short(exc) + hint, file=name,
+                           path=exc.entry)
+            ctx.arrays.mismatched.setdefault(net_id, set()).add((layer_id, array_id))
+            continue
+        fitting[array_id] = lazy
+    return fitting
 
 
 # ---------------------------------------------------------------------- mapping

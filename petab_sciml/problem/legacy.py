@@ -69,9 +69,10 @@ def current_view(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_wide_condition_table(columns: list[str]) -> bool:
-    """A condition table with one column per target (an older draft, and PEtab v1)."""
+    """A condition table with one column per target (an older draft, and PEtab v1),
+    also with no target column at all (conditions that change nothing: the official
+    documentation examples' ``conditionId``-only tables)."""
     return ("targetId" not in columns and "targetValue" not in columns
-            and any(c not in CONDITION_NAME_COLUMNS for c in columns)
             and "conditionId" in columns)
 
 

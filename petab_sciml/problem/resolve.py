@@ -24,7 +24,7 @@ Rules (PEtab SciML parameter table):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -100,6 +100,9 @@ class ResolvedNetwork:
     dropout: dict[str, dict[str, float]] = field(default_factory=dict)
     values: Nested | None = None
     from_backend: Nested = field(default_factory=dict)
+    mismatched: frozenset[tuple[str, str]] = frozenset()
+    """``(layer, array)`` whose array-file entry has the wrong shape (reported as
+    ``ARRAY_PARAMETERS_MISMATCH``): not reported again as missing."""
 
     def _per_element(self, column: np.ndarray, default: Any, dtype: Any) -> Nested:
         table = np.append(np.asarray(column, dtype=dtype), np.asarray([default], dtype=dtype))
@@ -181,6 +184,7 @@ def resolve_network(
     read_values: bool = True,
     issues: IssueList | None = None,
     table_file: str | None = None,
+    mismatched: Iterable[tuple[str, str]] = (),
 ) -> ResolvedNetwork:
     """Resolve the rows of one network.
 
@@ -224,7 +228,8 @@ def resolve_network(
     _count_effective(row_index, summaries, len(rows))
     _check_coverage(network, shapes, trainable, row_index, rows, issues, table_file)
     dropout = _dropout(rows, shapes, trainable)
-    result = ResolvedNetwork(network.id, shapes, rows, row_index, summaries, dropout)
+    result = ResolvedNetwork(network.id, shapes, rows, row_index, summaries, dropout,
+                             mismatched=frozenset(mismatched))
     _values(result, file_arrays, read_values, issues, table_file)
     if read_values:   # the loader's arrays are ordinary (writable) arrays
         for nested in (result.row_index, result.from_backend):
@@ -364,7 +369,7 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
             needs_file = k == 2
             if source is None and np.any(needs_file):
                 first = rows[int(idx[needs_file].flat[0])]
-                _missing(issues, first, lay, arr, result.net_id, table_file)
+                _missing(issues, first, lay, arr, result, table_file)
             backend = (k == 0) & (source is None) | (k == 2) & (source is None)
             if np.any(backend):
                 result.from_backend.setdefault(lay, {})[arr] = backend
@@ -390,8 +395,11 @@ def _values(result: ResolvedNetwork, file_arrays, read_values: bool, issues: Iss
         result.values = values
 
 
-def _missing(issues: IssueList, first: ParameterRow, lay: str, arr: str, net_id: str,
-             table_file: str | None) -> None:
+def _missing(issues: IssueList, first: ParameterRow, lay: str, arr: str,
+             result: ResolvedNetwork, table_file: str | None) -> None:
+    if (lay, arr) in result.mismatched:
+        return   # the file's entry has the wrong shape, already reported
+    net_id = result.net_id
     issues.add("PARAM_ARRAY_VALUES_MISSING", f"row {first.id!r} takes {lay}.{arr} of network "
                f"{net_id!r} from the array files (nominalValue array), but no array file "
                f"holds parameters/{net_id}/{lay}/{arr}", file=table_file, row=first.line,
@@ -403,7 +411,7 @@ def _uniform_values(result: ResolvedNetwork, lay: str, arr: str, idx: np.ndarray
                     issues: IssueList, table_file: str | None) -> np.ndarray | None:
     """:func:`_values` for an array that one row (or none, ``row`` -1) covers whole."""
     if source is None and kind == 2:
-        _missing(issues, result.rows[row], lay, arr, result.net_id, table_file)
+        _missing(issues, result.rows[row], lay, arr, result, table_file)
     if source is None and kind in (0, 2):
         result.from_backend.setdefault(lay, {})[arr] = np.broadcast_to(True, idx.shape)
     if not read_values:

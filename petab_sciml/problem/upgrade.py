@@ -281,9 +281,14 @@ class _Upgrade:
             targets = [c for c in table.columns if c not in CONDITION_NAME_COLUMNS]
             rows[name] = [[r["conditionId"], t, r[t]] for r in table.rows for t in targets
                           if r[t].strip().lower() not in _NO_CHANGE]
-            self.changes.append(f"{name}: one column per target ({', '.join(targets)}) "
-                                f"became conditionId/targetId/targetValue rows "
-                                f"({len(rows[name])} rows)")
+            if targets:
+                self.changes.append(f"{name}: one column per target ({', '.join(targets)}) "
+                                    f"became conditionId/targetId/targetValue rows "
+                                    f"({len(rows[name])} rows)")
+            else:
+                self.changes.append(f"{name}: no target columns (its conditions change "
+                                    "nothing); written with the columns conditionId/"
+                                    "targetId/targetValue and no rows")
             if "conditionName" in table.columns:
                 self.changes.append(f"{name}: dropped the conditionName column (the current "
                                     "format has none)")
@@ -369,7 +374,10 @@ class _Upgrade:
             self.fail(f"{legacy[0]} names conditions (simulationConditionId) although the "
                       "problem has an experiment table; which experiment a measurement "
                       "belongs to is ambiguous")
-        defined = {r[0] for table in conditions.values() for r in table}
+        # condition ids that array files key inputs by stay, rows or not (as in the
+        # official suite, whose experiments name such conditions without any rows)
+        defined = {r[0] for table in conditions.values() for r in table} | \
+            self._array_condition_ids()
         taken = self._ids_in_use(conditions)
         experiments: dict[tuple[str, str], str] = {}
         for name in legacy:
@@ -476,6 +484,27 @@ class _Upgrade:
                 if isinstance(entry, dict) and isinstance(entry.get("location"), str):
                     names.append(entry["location"])
         return names
+
+    def _array_condition_ids(self) -> set[str]:
+        """Condition ids that the array files' input keys name (``inputs/<id>/cond1``)."""
+        from petab_sciml.arrays import ArrayFileError, condition_ids, read_array_file
+
+        ids: set[str] = set()
+        for key in EXTENSION_KEYS:
+            ext = (self.yaml.get("extensions") or {}).get(key)
+            value = ext.get("array_files") if isinstance(ext, dict) else None
+            for name in [value] if isinstance(value, str) else (value or []):
+                path = self.base / str(name)
+                if not path.is_file():
+                    continue
+                try:
+                    inputs = read_array_file(path, require_pytorch_format=False).inputs
+                    for keyed in inputs.values():
+                        for k in keyed:
+                            ids.update(condition_ids(k) or ())
+                except ArrayFileError:
+                    continue   # reported by validate on the upgraded problem
+        return ids
 
     def _copy_the_rest(self) -> None:
         for name in self._referenced():

@@ -121,7 +121,8 @@ def _resolve(report: ValidationReport, read_values: bool) -> None:
         rows = params.network_rows.get(net_id, [])
         report.resolved[net_id] = resolve_network(
             network, rows, ctx.arrays.parameters.get(net_id, {}), read_values=read_values,
-            issues=ctx.issues, table_file=table_file)
+            issues=ctx.issues, table_file=table_file,
+            mismatched=ctx.arrays.mismatched.get(net_id, ()))
 
 
 def _cross(report: ValidationReport, read_values: bool) -> None:

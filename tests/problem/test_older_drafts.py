@@ -268,3 +268,78 @@ def test_measurements_keep_their_values_exactly(upgraded):
         new = _rows(result.problem.parent / "measurements.tsv")
         assert np.array_equal([float(r["measurement"]) for r in old],
                               [float(r["measurement"]) for r in new])
+
+
+def _without_targets(name: str, tmp_path: Path, sbml_x0: dict[str, str] | None = None
+                     ) -> Path:
+    """The older-draft example ``name`` with a ``conditionId``-only condition table (as
+    the official documentation examples have), optionally with the SBML initial amounts
+    set to ``sbml_x0``."""
+    src = Path(EXAMPLES[name]().problem).parent
+    folder = tmp_path / name
+    shutil.copytree(src, folder)
+    conditions = _rows(folder / "conditions.tsv")
+    (folder / "conditions.tsv").write_text(
+        "conditionId\n" + "".join(f"{r['conditionId']}\n" for r in conditions))
+    for sbml in folder.glob("*.xml"):
+        text = sbml.read_text()
+        for species, value in (sbml_x0 or {}).items():
+            start = text.index(f'species id="{species}"')
+            at = text.index('initialAmount="', start) + len('initialAmount="')
+            text = text[:at] + value + text[text.index('"', at):]
+        sbml.write_text(text)
+    return folder / "problem.yaml"
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_condition_table_without_targets_upgrades_to_a_valid_problem(tmp_path, backend):
+    """Conditions that change nothing have no rows in the current format: the
+    experiments use no condition, and with the SBML holding the initial values the
+    conditions set, the objective is the scipy reference's."""
+    pytest.importorskip(backend)
+    old = _without_targets("getting_started", tmp_path,
+                           {"prey": "0.44", "predator": "4.6"})
+    result = upgrade_problem(old, tmp_path / "new")
+    assert any("no target columns" in change for change in result.changes)
+    report = validate_problem(result.problem)
+    assert report.ok, "\n".join(map(str, report.issues))
+    assert [r["conditionId"] for r in _rows(tmp_path / "new" / "experiments.tsv")] == [""]
+    problem = load_problem(result.problem, backend=backend)
+    options = {"cache_dir": tmp_path} if backend == "jax" else {}
+    value = problem.simulator(**options).objective(problem.parameters())
+    assert value == pytest.approx(EXAMPLES["getting_started"]().nll(), rel=1e-6)
+
+
+def test_conditions_that_array_files_key_inputs_by_are_kept(tmp_path):
+    """how_to_dmms keys its images by condition: those ids stay in the experiments
+    (without condition rows, as the official suite's case 038 has them)."""
+    old = _without_targets("how_to_dmms", tmp_path)
+    result = upgrade_problem(old, tmp_path / "new")
+    report = validate_problem(result.problem)
+    assert report.ok, "\n".join(map(str, report.issues))
+    used = {r["conditionId"] for r in _rows(tmp_path / "new" / "experiments.tsv")}
+    assert used == {"cond1", "cond2"}
+    assert _rows(tmp_path / "new" / "conditions.tsv") == []
+
+
+def test_every_mismatched_parameter_array_is_reported_with_its_shapes(upgraded, tmp_path):
+    """A parameter file written for another network size (how_to_neural_ode ships a
+    2-5-5-1 file for a 2-10-10-2 network): each array that does not fit is named with the
+    shape found and the shape expected, weights as well as biases, and nothing is then
+    reported missing for it."""
+    from petab_sciml.arrays import write_array_file
+
+    folder = tmp_path / "p"
+    shutil.copytree(Path(upgraded["getting_started"].problem).parent, folder)
+    write_array_file(folder / "net1_ps.hdf5", parameters={"net1": {
+        "layer1": {"weight": np.zeros((5, 2)), "bias": np.zeros(5)},
+        "layer2": {"weight": np.zeros((2, 5)), "bias": np.zeros(2)}}})
+    report = validate_problem(folder / "problem.yaml")
+    found = sorted((i.code, i.message) for i in report.issues)
+    assert found == [
+        ("ARRAY_PARAMETERS_MISMATCH", "shape mismatch: got (2, 5), expected (2, 4) for "
+         "layer2.weight of layer 'layer2' (Linear)"),
+        ("ARRAY_PARAMETERS_MISMATCH", "shape mismatch: got (5, 2), expected (4, 2) for "
+         "layer1.weight of layer 'layer1' (Linear)"),
+        ("ARRAY_PARAMETERS_MISMATCH", "shape mismatch: got (5,), expected (4,) for "
+         "layer1.bias of layer 'layer1' (Linear)")]
