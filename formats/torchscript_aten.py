@@ -327,6 +327,47 @@ def _slice(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     return _getitem(lf, x, a["dim"], {"slice": [start, end, None if step == 1 else step]})
 
 
+def _dim_size(lf: _Lifter, x: Tensor, dim: int, what: str) -> int:
+    """The static size of ``x`` along ``dim``: from the traced graph's type of the
+    current node's input, else from the sizes the reader knows."""
+    node = getattr(lf, "current", None)
+    tp = node.inputsAt(0).type() if node is not None else None
+    sizes = tp.sizes() if tp is not None and hasattr(tp, "sizes") else None
+    if not sizes:
+        known = lf.sym.get(x.name, lf.sym.get(lf.same_shape.get(x.name, x.name)))
+        sizes = list(known) if known is not None else None
+    size = sizes[dim] if sizes is not None and -len(sizes) <= dim < len(sizes) else None
+    if not isinstance(size, int):
+        raise lf.error(f"{what} needs the size of dimension {dim} of {x.name!r}, which the "
+                       "graph does not give (a scripted module): trace the module, or "
+                       "give the sizes (torch.split(x, [2, 3], dim))")
+    return size
+
+
+def _split(lf: _Lifter, a: dict[str, Any]) -> list[Tensor]:
+    """``split`` (a piece size, or a list of sizes), ``split_with_sizes``: one slice per
+    piece."""
+    x = _t(lf, a["self"], "split")
+    dim = int(a.get("dim", 0))
+    sizes = a.get("split_size", a.get("split_sizes"))
+    if isinstance(sizes, int):
+        total = _dim_size(lf, x, dim, "split into pieces of one size")
+        sizes = [min(sizes, total - start) for start in range(0, total, sizes)]
+    if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):
+        raise lf.error("split with run-time sizes is not supported")
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(_getitem(lf, x, dim, {"slice": [start, start + size, None]}))
+        start += size
+    return pieces
+
+
+def _unbind(lf: _Lifter, a: dict[str, Any]) -> list[Tensor]:
+    x = _t(lf, a["self"], "unbind")
+    dim = int(a.get("dim", 0))
+    return [_getitem(lf, x, dim, k) for k in range(_dim_size(lf, x, dim, "unbind"))]
+
+
 def _select(lf: _Lifter, a: dict[str, Any]) -> Tensor:
     x = _t(lf, a["self"], "select")
     if not isinstance(a["index"], int):
@@ -510,6 +551,9 @@ _ATEN: dict[str, Any] = {
     "fix": _unary("trunc"),
     "round": lambda lf, a: lf.call("round", {"input": a["self"],
                                              "decimals": a.get("decimals", 0)}),
+    "split": _split,
+    "split_with_sizes": _split,
+    "unbind": _unbind,
     "chunk": lambda lf, a: _Tuple(
         lf.call("chunk", {"input": a["self"], "chunks": a["chunks"], "dim": a["dim"]}).name,
         tuple((k,) for k in range(int(a["chunks"])))),

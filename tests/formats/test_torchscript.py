@@ -430,3 +430,58 @@ def test_unsupported_op_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(NetworkError) as info:
         torchscript.read(path, trust_code=True)
     assert str(path) in str(info.value) and "aten::logcumsumexp" in str(info.value)
+
+
+class _SizedSplits(torch.nn.Module if torch is not None else object):
+    """split by a list of sizes, split_with_sizes and chunk (issue 33): the pieces are
+    static in scripted and traced graphs alike."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.split(x, [2, 3], dim=1)
+        f, g = x.split_with_sizes([1, 4], dim=1)
+        q, k = x.chunk(2, dim=0)
+        return a * b[:, :2] + f * g[:, :2].tanh() + (q - k).sum()
+
+
+class _SizeDependentSplits(torch.nn.Module if torch is not None else object):
+    """split into pieces of one size and unbind: the number of pieces depends on the
+    input's size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c, d, e = x.split(2, dim=1)
+        rows = x.unbind(0)
+        return c.mean() * d.sum(1, keepdim=True) + e + rows[0][0] * rows[-1][4]
+
+
+def _agree_with_pytorch(module, compiled, x) -> None:
+    from petab_sciml.plugins import get_backend
+
+    network, params = _lift(compiled, net_id="net")
+    expected = module(x).detach().numpy()
+    for name in ("torch", "jax"):
+        backend = get_backend(name)
+        model = backend.set_parameters(backend.build(network), params)
+        got = backend.forward(model, [x.numpy()])[0]
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("how", ["script", "trace"])
+def test_split_by_sizes_and_chunk_in_both_backends(how: str) -> None:
+    module = _SizedSplits().eval()
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(3))
+    compiled = torch.jit.script(module) if how == "script" else torch.jit.trace(module, x)
+    _agree_with_pytorch(module, compiled, x)
+
+
+def test_split_by_one_size_and_unbind_traced_in_both_backends() -> None:
+    module = _SizeDependentSplits().eval()
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(4))
+    _agree_with_pytorch(module, torch.jit.trace(module, x), x)
+
+
+def test_split_by_one_size_scripted_names_the_size_it_needs() -> None:
+    """A scripted graph carries no sizes, so the number of pieces is unknown."""
+    from petab_sciml.errors import NetworkError
+
+    with pytest.raises(NetworkError, match="size of dimension 1"):
+        _lift(torch.jit.script(_SizeDependentSplits()), net_id="net")
