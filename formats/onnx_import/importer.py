@@ -70,12 +70,11 @@ _COMPARE = {"Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge", "LessOrEqual"
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
               "wrap": "circular"}
 """ONNX Pad modes -> F.pad modes."""
-_LOW_PRECISION = {16, 17, 18, 19, 20, 23, 24}
-"""BFLOAT16, the FLOAT8 types, FLOAT4E2M1, FLOAT8E8M0 and the like: element types whose
-rounding the backends do not emulate (onnx ``TensorProto`` numbers)."""
 _INPUT_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13}
 """Element types a graph input may have: FLOAT, the integers of 8 to 64 bits, BOOL,
-FLOAT16 and DOUBLE (onnx ``TensorProto`` numbers); 0 (undefined) is refused too."""
+FLOAT16 and DOUBLE (onnx ``TensorProto`` numbers).  Refused: BFLOAT16, the FLOAT8 and
+FLOAT4 types and 2/4-bit integers, whose rounding the backends do not emulate, and 0
+(undefined)."""
 _SHAPE_ONLY = {"Identity", "Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Cast",
                "CastLike", "Flatten", "Transpose"}
 
@@ -342,7 +341,7 @@ class _Importer:
         if not vi.type.HasField("tensor_type"):
             raise NetworkError(f"graph input {vi.name!r} is not a tensor (a sequence, map or "
                                "optional); networks take tensors", file=self.source)
-        if elem in _LOW_PRECISION or elem not in _INPUT_TYPES:
+        if elem not in _INPUT_TYPES:
             name = (helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.")
                     if elem else "of undefined element type")
             raise NetworkError(f"graph input {vi.name!r} is {name}: the backends compute in "
