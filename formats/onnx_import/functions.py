@@ -36,8 +36,8 @@ def expand_functions(model: Any, handled: Container[str], opset: int,
     for _ in range(MAX_DEPTH):
         todo = [i for i, node in enumerate(model.graph.node)
                 if _is_default(node.domain) and _expanded(node, handled)
-                and _schema(node.op_type, opset) is not None
-                and _has_function(_schema(node.op_type, opset), opset)]
+                and (schema := _schema(node.op_type, opset)) is not None
+                and _has_function(schema, opset)]
         if not todo:
             return model
         model = _expand(model, set(todo), opset, source)

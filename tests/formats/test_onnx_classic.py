@@ -28,6 +28,8 @@ from tests.support.classic_onnx import (  # noqa: E402
     compare,
     data_input,
     light_dir,
+    onnxruntime_outputs,
+    outputs_against_onnxruntime,
     relative_error,
 )
 
@@ -63,17 +65,9 @@ def _model(nodes, inputs, outputs, inits=(), *, opset=8, ir=3, init_inputs=True,
 
 def _run_both(model, feeds: dict[str, np.ndarray]) -> dict[str, float]:
     """Relative errors of both backends against onnxruntime."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    reference = ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
-    result = import_onnx(model)
-    errors = {}
-    for name in ("torch", "jax"):
-        backend = get_backend(name)
-        module = backend.set_parameters(backend.build(result.network), result.parameters)
-        got = backend.forward(module, list(feeds.values()))
-        errors[name] = max(relative_error(g, r) for g, r in zip(got, reference))
-    return errors
+    reference, outputs, _ = outputs_against_onnxruntime(model, feeds)
+    return {name: max(relative_error(g, r) for g, r in zip(got, reference))
+            for name, got in outputs.items()}
 
 
 def _value(name, shape):
@@ -220,10 +214,7 @@ def _write_zoo_case(name: str, folder: Path) -> Path:
     model = classic_model(name)
     input_name, shape = data_input(model)
     x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    references = ort.InferenceSession(model.SerializeToString(), options).run(
-        None, {input_name: x})
+    references = onnxruntime_outputs(model, {input_name: x})
     result = import_onnx(model)
     folder.mkdir()
     yaml_format.write(result.network, folder / "net.yaml")

@@ -13,8 +13,7 @@ pytest.importorskip("jax")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from petab_sciml.formats.onnx import import_onnx  # noqa: E402
-from petab_sciml.plugins import get_backend  # noqa: E402
+from tests.support.classic_onnx import outputs_against_onnxruntime  # noqa: E402
 
 
 def _model(node, inputs, outputs, inits, opset):
@@ -26,14 +25,8 @@ def _model(node, inputs, outputs, inits, opset):
 
 
 def _both_match_onnxruntime(model, feeds):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    reference = ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
-    imported = import_onnx(model)
-    for name in ("torch", "jax"):
-        backend = get_backend(name)
-        net = backend.set_parameters(backend.build(imported.network), imported.parameters)
-        got = backend.forward(net, list(feeds.values()))
+    reference, outputs, imported = outputs_against_onnxruntime(model, feeds)
+    for name, got in outputs.items():
         assert len(got) == len(reference)
         for g, r in zip(got, reference, strict=True):
             np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6, err_msg=name)

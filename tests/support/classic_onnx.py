@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -100,29 +101,43 @@ def relative_error(value: np.ndarray, reference: np.ndarray) -> float:
     return float(np.max(np.abs(value - reference)) / np.max(np.abs(reference)))
 
 
-def compare(name: str, backends=("torch", "jax"), seed: int = 0) -> dict[str, float]:
-    """Relative max error of each backend's output against onnxruntime's."""
+def onnxruntime_outputs(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs of ``model`` (the independent reference)."""
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+
+
+def outputs_against_onnxruntime(model: Any, feeds: dict[str, np.ndarray],
+                                backends=("torch", "jax")
+                                ) -> tuple[list[np.ndarray], dict[str, list], Any]:
+    """``(onnxruntime's outputs, {backend: its outputs}, the import)`` of ``model`` at
+    ``feeds`` (in graph-input order), each backend built from ``import_onnx`` in the
+    import's dtype."""
     from petab_sciml.formats.onnx import import_onnx
     from petab_sciml.plugins import get_backend
 
+    reference = onnxruntime_outputs(model, feeds)
+    result = import_onnx(model)
+    outputs = {}
+    for name in backends:
+        backend = get_backend(name)
+        module = backend.build(result.network, dtype=result.dtype)
+        module = backend.set_parameters(module, result.parameters)
+        outputs[name] = backend.forward(module, list(feeds.values()))
+    return reference, outputs, result
+
+
+def compare(name: str, backends=("torch", "jax"), seed: int = 0) -> dict[str, float]:
+    """Relative max error of each backend's output against onnxruntime's."""
     model = classic_model(name, seed)
     input_name, shape = data_input(model)
     x = np.random.default_rng(seed + 1).normal(size=shape).astype(np.float32)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    reference = ort.InferenceSession(model.SerializeToString(), options).run(
-        None, {input_name: x})
-    result = import_onnx(model)
-    errors = {}
-    for backend_name in backends:
-        backend = get_backend(backend_name)
-        module = backend.build(result.network, dtype=result.dtype)
-        backend.set_parameters(module, result.parameters)
-        outputs = backend.forward(module, [x])
-        errors[backend_name] = max(relative_error(o, r) for o, r in zip(outputs, reference))
-    return errors
+    reference, outputs, _ = outputs_against_onnxruntime(model, {input_name: x}, backends)
+    return {b: max(relative_error(o, r) for o, r in zip(out, reference))
+            for b, out in outputs.items()}
 
 
 def main(argv: list[str]) -> int:

@@ -81,12 +81,9 @@ def _opset(model: Any) -> int:
 
 
 def _op(model: Any) -> str:
-    types = [n.op_type for n in model.graph.node]
-    return types[0] if len(types) == 1 else (types[0] if types else "?")
-
-
-def _op_of_case(case: Any) -> str:
-    return _op(case.model)
+    """The op a case tests: its first node's (``*_expanded`` variants are renamed by
+    :func:`name_expanded_after_their_op`)."""
+    return model.graph.node[0].op_type if model.graph.node else "?"
 
 
 def name_expanded_after_their_op(results: list[CaseResult]) -> None:
@@ -170,27 +167,28 @@ def run_case(case: Any, backends: tuple[str, ...] = BACKENDS,
     """Import ``case`` and run it in ``backends``; see the module docstring.  With
     ``gradients``, passing float-scope cases also get :attr:`CaseResult.gradient`."""
     from petab_sciml.errors import PetabSciMLError
-    from petab_sciml.formats.onnx import import_onnx
     from petab_sciml.plugins import get_backend
 
     rtol = case.rtol if case.rtol is not None else 1e-3
     atol = case.atol if case.atol is not None else 1e-7
     prepared = [with_integer_inputs_as_initializers(case, d) for d in case.data_sets]
-    result = CaseResult(case.name, _op_of_case(case), _opset(case.model), in_scope=True)
+    result = CaseResult(case.name, _op(case.model), _opset(case.model), in_scope=True)
     if not prepared:
         result.in_scope, result.scope_reason = False, "no data set"
     elif not all(_is_float(a) for _, floats, outs in prepared for a in [*floats, *outs]):
         result.in_scope, result.scope_reason = False, "non-float inputs or outputs"
     elif not all(_onnxruntime_passes(m, f, o, rtol, atol) for m, f, o in prepared):
         result.in_scope, result.scope_reason = False, "onnxruntime does not pass"
+    imports, import_error = _import_all(prepared)
     for name in backends:
         outcome, reason = "pass", ""
         try:
+            if import_error is not None:   # the same for every backend
+                raise import_error
             backend = get_backend(name)
-            for model, floats, expected in prepared:
+            for (_, floats, expected), imported in zip(prepared, imports, strict=True):
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
-                    imported = import_onnx(model)
                     dtype = "float64" if any(np.asarray(a).dtype == np.float64
                                              for a in floats) else "float32"
                     net = backend.set_parameters(
@@ -214,26 +212,38 @@ def run_case(case: Any, backends: tuple[str, ...] = BACKENDS,
             outcome, reason = "crash", _reason(exc)
         result.outcome[name], result.reason[name] = outcome, reason
         if gradients and outcome == "pass" and result.in_scope:
-            result.gradient[name], err = _gradient(name, prepared[0])
+            result.gradient[name], err = _gradient(name, imports[0], prepared[0][1])
             if err is not None:
                 result.fd_error[name] = err
     return result
 
 
-def _gradient(backend_name: str, prepared: tuple) -> tuple[str, float | None]:
+def _import_all(prepared: list) -> tuple[list, Exception | None]:
+    """Each data set's model imported once for all backends: ``(imports, error)``."""
+    from petab_sciml.formats.onnx import import_onnx
+
+    imports = []
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            for model, _, _ in prepared:
+                imports.append(import_onnx(model))
+    except Exception as exc:   # noqa: BLE001 - classified per backend by run_case
+        return [], exc
+    return imports, None
+
+
+def _gradient(backend_name: str, imported: Any, floats: list) -> tuple[str, float | None]:
     """The float64 vector-Jacobian product of the imported network against central
     finite differences (``testcases.vjp_finite_difference_error``)."""
     from petab_sciml.errors import PetabSciMLError
-    from petab_sciml.formats.onnx import import_onnx
     from petab_sciml.plugins import get_backend
     from petab_sciml.testcases import FD_TOLERANCE, vjp_finite_difference_error
 
-    model, floats, _ = prepared
     backend = get_backend(backend_name)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            imported = import_onnx(model)
             params = {g: {a: np.asarray(v, np.float64) for a, v in arrays.items()}
                       for g, arrays in imported.parameters.items()}
             net = backend.set_parameters(backend.build(imported.network, dtype="float64"),
