@@ -26,6 +26,7 @@ One module per op family, named after what it converts:
 ``reshape.py``     Flatten, Reshape, Squeeze, Unsqueeze, DepthToSpace, SpaceToDepth
 ``indexing.py``    Concat, Split, Slice, Gather, GatherND, Tile, Expand, Pad
 ``reduce.py``      Reduce*
+``scatter.py``     GatherElements, ScatterElements, ScatterND, Scatter (constant indices)
 ``constants.py``   Identity, Cast, Constant, ops folded on constants only
 =================  ==========================================================
 """
@@ -47,6 +48,7 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     recurrent,
     reduce,
     reshape,
+    scatter,
 )
 from .importer import META_LAYER, META_LAYER_TYPE, MIN_OPSET, _Importer
 from .registry import HANDLERS

@@ -258,13 +258,48 @@ def _gradient(backend_name: str, imported: Any, floats: list) -> tuple[str, floa
 
 
 def run_all(limit: int | None = None, backends: tuple[str, ...] = BACKENDS,
-            progress: bool = False, gradients: bool = False) -> list[CaseResult]:
+            progress: bool = False, gradients: bool = False,
+            block: tuple[int, int] | None = None) -> list[CaseResult]:
+    """Every case (the first ``limit``; of those, block ``k`` of ``n`` contiguous blocks
+    where ``block=(k, n)``) in this process."""
     cases = node_cases()[:limit]
+    if block is not None:
+        k, n = block
+        size = -(-len(cases) // n)
+        cases = cases[k * size:(k + 1) * size]
     results = []
     for i, case in enumerate(cases):
         results.append(run_case(case, backends, gradients))
         if progress and i % 100 == 0:
             print(f"{i}/{len(cases)} {case.name}", file=sys.stderr, flush=True)
+    name_expanded_after_their_op(results)
+    return results
+
+
+def run_in_processes(blocks: int, limit: int | None = None, gradients: bool = False,
+                     at_once: int = 2) -> list[CaseResult]:
+    """:func:`run_all` in ``blocks`` child processes, ``at_once`` at a time: a single
+    process that compiles every case in JAX (and its gradient) runs out of memory
+    mappings near case 1,250 (LLVM's 'Cannot allocate memory', then a crash)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"block{k}.json" for k in range(blocks)]
+        waiting = list(range(blocks))
+        running: list[subprocess.Popen] = []
+        while waiting or running:
+            while waiting and len(running) < at_once:
+                k = waiting.pop(0)
+                argv = [sys.executable, str(Path(__file__).resolve()), "--block",
+                        f"{k}/{blocks}", "--json", str(outs[k])]
+                argv += (["--limit", str(limit)] if limit else []) + \
+                    (["--gradients"] if gradients else [])
+                running.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+            done = running.pop(0)
+            if done.wait() != 0:
+                raise RuntimeError(f"{' '.join(done.args)} failed ({done.returncode})")
+        results = [CaseResult(**r) for out in outs for r in json.loads(out.read_text())]
     name_expanded_after_their_op(results)
     return results
 
@@ -391,8 +426,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-baseline", action="store_true")
     ap.add_argument("--gradients", action="store_true",
                     help="also check passing cases' gradients against finite differences")
+    ap.add_argument("--processes", type=int, default=4,
+                    help="run the cases in this many child processes, one after another")
+    ap.add_argument("--block", help="K/N: only block K of N, in this process")
     args = ap.parse_args(argv)
-    results = run_all(args.limit, progress=True, gradients=args.gradients)
+    if args.block:
+        k, n = (int(x) for x in args.block.split("/"))
+        results = run_all(args.limit, progress=True, gradients=args.gradients, block=(k, n))
+    elif args.processes > 1:
+        results = run_in_processes(args.processes, args.limit, args.gradients)
+    else:
+        results = run_all(args.limit, progress=True, gradients=args.gradients)
     print(json.dumps(summary(results), indent=1))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=0))
