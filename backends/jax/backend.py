@@ -318,18 +318,21 @@ class JaxBackend:
         cts = tuple(jnp.asarray(np.asarray(c, dtype=model.dtype)) for c in cotangents)
         key = _key(model, seed) if train else None
 
-        def pairing(params, xs):
+        def pairing(params, xs, buffers, cts, key):
             if train:
-                outputs = model.train_fn(params, model.buffers, xs, key)[0]
+                outputs = model.train_fn(params, buffers, xs, key)[0]
             else:
-                outputs = model.eval_fn(params, model.buffers, xs)
+                outputs = model.eval_fn(params, buffers, xs)
             outputs = jax.tree_util.tree_leaves(outputs)
             if len(outputs) != len(cts):
                 raise ValueError(f"network {model.network.id!r} gives {len(outputs)} "
                                  f"output(s), got {len(cts)} cotangent(s)")
             return sum(jnp.sum(o * c) for o, c in zip(outputs, cts, strict=True))
 
-        grads, input_grads = jax.grad(pairing, argnums=(0, 1))(model.params, xs)
+        # one compiled product: differentiated eagerly, every operation of the backward
+        # pass compiles on its own (324 compiles for 40 small networks, 70% of the time)
+        grads, input_grads = jax.jit(jax.grad(pairing, argnums=(0, 1)))(
+            model.params, xs, model.buffers, cts, key)
         return _numpy(grads, model.network), tuple(np.asarray(g) for g in input_grads)
 
 
