@@ -211,15 +211,20 @@ def _gather(im: _Importer, node: Any, ins: list) -> None:
 
 
 def _take(im: _Importer, node: Any, ref: str, axis: int, indices: np.ndarray,
-          rank: int | None) -> str:
+          rank: int | None, max_pieces: int | None = None) -> str:
     """``ref`` indexed along ``axis`` by constant non-negative indices (runs of
-    consecutive indices become one slice; the pieces are concatenated)."""
+    consecutive indices become one slice; the pieces are concatenated); more than
+    ``max_pieces`` runs are refused."""
     runs: list[list[int]] = []
     for k in (int(i) for i in indices):
         if runs and k == runs[-1][1]:
             runs[-1][1] += 1
         else:
             runs.append([k, k + 1])
+    if max_pieces is not None and len(runs) > max_pieces:
+        raise im.error(node, f"{node.op_type} with these indices needs more than "
+                       f"{max_pieces} slices of its input (one per run of consecutive "
+                       "elements): index sets this scattered are not supported")
     pieces = [im.slice_axis(ref, node, axis, a, b, rank) for a, b in runs]
     return pieces[0] if len(pieces) == 1 else im.emit("cat", [pieces], {"dim": axis})
 

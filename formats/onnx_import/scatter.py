@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .importer import _Importer
+from .indexing import _take
 from .registry import handles
 
 _REDUCTIONS = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}
@@ -110,8 +111,10 @@ def _gather_elements(im: _Importer, node: Any, ins: list) -> None:
     positions = np.indices(idx.shape).reshape(idx.ndim, -1)
     positions[axis] = idx.reshape(-1)
     flat = np.ravel_multi_index(tuple(positions), shape)
-    refs = {"data": _rows(im, node, ins[0], shape, 1)}
-    _assemble(im, node, [("data", int(r)) for r in flat], refs, list(idx.shape))
+    data = im.emit("reshape", [im.tensor(ins[0], node)], {"shape": [math.prod(shape)]})
+    out = _take(im, node, data, 0, flat, 1, MAX_PIECES)
+    im.bind(node, 0, im.emit("reshape", [out], {"shape": [int(d) for d in idx.shape]},
+                             name=im.out_name(node)), idx.shape)
 
 
 def _scatter(im: _Importer, node: Any, ins: list, shape: tuple[int, ...], width: int,
