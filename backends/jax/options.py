@@ -61,6 +61,12 @@ class JaxOptions:
     """The largest factor by which one step may exceed the last (diffrax's
     ``PIDController(factormax=)``); None: the solver's
     (``petab_sciml.simulation.steps.max_step_growth``)."""
+    pi_coefficients: tuple[float, float] | None = None
+    """``(pcoeff, icoeff)`` of diffrax's ``PIDController``; None:
+    ``petab_sciml.simulation.steps.pi_coefficients`` of the solver and the resolved
+    sensitivity: a PI controller for explicit solvers in reverse mode / forward-ad
+    (right gradients on mildly stiff models), diffrax's I controller ``(0, 1)``
+    otherwise."""
     term_sums: bool | None = None
     """Compile the right-hand side as a sum of terms (polynomial parts vectorized,
     ``petab_sciml/simulation/term_sums.py``) instead of straight-line code; None: for

@@ -100,6 +100,13 @@ class JaxExecutor:
         n_batch = largest_batch(plan)
         self.sensitivity = self.options.resolved_sensitivity(
             len(plan.theta_ids) + plan.n_w, n_batch)
+        if self.options.pi_coefficients is None:
+            from dataclasses import replace
+
+            from petab_sciml.simulation.steps import pi_coefficients
+
+            self.options = replace(self.options, pi_coefficients=pi_coefficients(
+                self.options.solver, self.sensitivity))
         self.batched = self.options.resolved_batching(n_batch)
         """Experiments of one structure solved as one ``vmap`` (``JaxOptions.
         batch_experiments``, resolved)."""

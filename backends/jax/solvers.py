@@ -25,19 +25,51 @@ def diffrax_solver(name: str, scan_kind: str | None = None) -> Any:
 
 
 def step_controller(options: JaxOptions, norm: Any = None) -> Any:
-    """The PID step-size controller of ``options``: tolerances and the largest step
-    growth (``petab_sciml.simulation.steps.max_step_growth``: 6x for ``dopri8``);
+    """The PID step-size controller of ``options``: tolerances, the largest step
+    growth (``petab_sciml.simulation.steps.max_step_growth``: 6x for ``dopri8``) and
+    the controller's coefficients (``options.pi_coefficients``, else
+    ``steps.pi_coefficients`` of the solver and ``options.sensitivity``: the executor
+    sets them for its resolved sensitivity);
     ``norm``: the error norm (None: diffrax's RMS norm)."""
     import diffrax
 
-    from petab_sciml.simulation.steps import max_step_growth
+    from petab_sciml.simulation.steps import max_step_growth, pi_coefficients
 
     factormax = options.factormax
     if factormax is None:
         factormax = max_step_growth(options.solver)
+    pcoeff, icoeff = options.pi_coefficients or pi_coefficients(options.solver,
+                                                                 options.sensitivity)
     extra = {} if norm is None else {"norm": norm}
-    return diffrax.PIDController(rtol=options.rtol, atol=options.atol, factormax=factormax,
-                                 **extra)
+    cls = diffrax.PIDController if pcoeff == 0 else _pi_controller_class()
+    return cls(rtol=options.rtol, atol=options.atol, factormax=factormax, pcoeff=pcoeff,
+               icoeff=icoeff, **extra)
+
+
+_PI_CONTROLLER: Any = None
+
+
+def _pi_controller_class() -> Any:
+    """diffrax's ``PIDController`` whose proportional term reads the last step's scaled
+    error no lower than ``steps.PI_ERROR_FLOOR`` (built on first use: diffrax is
+    imported lazily)."""
+    global _PI_CONTROLLER
+    if _PI_CONTROLLER is None:
+        import diffrax
+        import jax.numpy as jnp
+
+        from petab_sciml.simulation.steps import PI_ERROR_FLOOR
+
+        class FlooredPIController(diffrax.PIDController):
+            def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error,
+                                error_order, controller_state):
+                prev, prev_prev, at_dtmin = controller_state
+                prev = jnp.minimum(prev, 1.0 / PI_ERROR_FLOOR)
+                return super().adapt_step_size(t0, t1, y0, y1_candidate, args, y_error,
+                                               error_order, (prev, prev_prev, at_dtmin))
+
+        _PI_CONTROLLER = FlooredPIController
+    return _PI_CONTROLLER
 
 
 def save_at(ts: Any) -> Any:

@@ -166,8 +166,12 @@ def test_adjoint_sensitivities_batched_and_unbatched(tmp_path):
     problem = load_problem(write_scaled_lv(tmp_path, 6, n_two_period=2), backend="jax")
     w = problem.simulator().plan.w0.copy()
     w[:3] = [1.25, 0.85, 1.75]
+    # reverse mode steps under a PI controller by default, the adjoint under the I
+    # controller (simulation.steps.I_COEFFICIENTS): the same forward solve needs the same
+    i_controller = {"pi_coefficients": (0.0, 1.0)}
     runs = {(mode, batched): problem.simulator(sensitivity=mode, cache=False,
-                                               batch_experiments=batched).evaluate(w)
+                                               batch_experiments=batched,
+                                               **i_controller).evaluate(w)
             for mode, batched in (("adjoint", True), ("adjoint", False), ("reverse", True))}
     adjoint, unbatched = runs["adjoint", True], runs["adjoint", False]
     assert all(ev.ok for ev in runs.values())
