@@ -111,15 +111,21 @@ def read_config(path: Path, issues: IssueList) -> ProblemConfig | None:
     return cfg
 
 
+def is_file_name(value: Any) -> bool:
+    """Whether ``value`` can name a file: a non-empty string without a NUL character
+    (the operating system refuses those; ``Path.resolve`` raised ``ValueError``)."""
+    return isinstance(value, str) and bool(value) and "\x00" not in value
+
+
 def _string_list(value: Any, key: str, issues: IssueList, file: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+    if not isinstance(value, list) or not all(is_file_name(v) for v in value):
         issues.add("YAML_FIELD_INVALID", f"expected a list of file names, got {value!r}",
                    file=file, path=key)
-        return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
+        return [v for v in value if is_file_name(v)] if isinstance(value, list) else []
     return list(value)
 
 
@@ -142,7 +148,7 @@ def _read_core(cfg: ProblemConfig, raw: dict, issues: IssueList, file: str) -> N
         return
     for model_id, entry in models.items():
         where = f"model_files.{model_id}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("location"), str):
+        if not isinstance(entry, dict) or not is_file_name(entry.get("location")):
             issues.add("YAML_FIELD_INVALID", "expected a mapping with a location string",
                        file=file, path=where)
             continue
@@ -209,7 +215,7 @@ def _network_entry(net_id: str, entry: Any, where: str, issues: IssueList,
                    "pre_initialization", file=file, path=where)
         return NetworkEntry(net_id, None, None, None, where)
     location = entry.get("location")
-    if not isinstance(location, str) or not location:
+    if not is_file_name(location):
         issues.add("NN_LOCATION_MISSING", f"location must be a file name, got {location!r}",
                    file=file, path=f"{where}.location")
         location = None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -123,6 +124,9 @@ def _apply(folder: Path, m: tuple) -> None:
 # found by this test: a boolean observable formula crashed the plan builder
 @example(base="sciml_problem_import/001",
          mutations=[("cell", "observables.tsv", 1, 1, "true")])
+# and a file name holding a NUL character (Path.resolve raised ValueError)
+@example(base="sciml_problem_import/001",
+         mutations=[("yaml_set", "extensions.sciml.array_files", "\x00")])
 def test_validation_never_crashes(base, mutations):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "p"
@@ -133,3 +137,29 @@ def test_validation_never_crashes(base, mutations):
         internal = [str(i) for i in report.issues if i.code == "INTERNAL_ERROR"]
         assert not internal, internal
         report.to_json()
+
+
+NUL_FILE_FIELDS = {
+    "extensions.sciml.array_files": ("YAML_FIELD_INVALID", "extensions.sciml.array_files"),
+    "extensions.sciml.hybridization_files": ("YAML_FIELD_INVALID",
+                                             "extensions.sciml.hybridization_files"),
+    "measurement_files": ("YAML_FIELD_INVALID", "measurement_files"),
+    "model_files.lv.location": ("YAML_FIELD_INVALID", "model_files.lv"),
+    "extensions.sciml.neural_networks.net1.location": (
+        "NN_LOCATION_MISSING", "extensions.sciml.neural_networks.net1.location"),
+}
+
+
+@requires_suite
+@pytest.mark.parametrize("field", sorted(NUL_FILE_FIELDS))
+def test_file_name_with_nul_character_is_a_located_error(tmp_path, field):
+    """Every file-name field of problem.yaml: a name with a NUL character is reported at
+    its field, not as an internal error."""
+    folder = tmp_path / "p"
+    shutil.copytree(_base("sciml_problem_import/001"), folder)
+    _apply(folder, ("yaml_set", field, "net1\x00.hdf5"))
+    report = validate_problem(folder / "problem.yaml")
+    assert not [i for i in report.issues if i.code == "INTERNAL_ERROR"]
+    code, path = NUL_FILE_FIELDS[field]
+    assert any(i.code == code and i.path == path for i in report.issues), \
+        [str(i) for i in report.issues]
