@@ -13,7 +13,12 @@ process, interpreter start included):
 * ``first value_and_grad, empty cache``: the above plus the first objective + gradient
   with an empty cross-process cache (tracing, export, XLA compilation);
 * ``first value_and_grad, filled cache``: the same in a new process after it, the
-  compiled objective read from the cache.
+  compiled objective read from the cache;
+* ``fit ...``: ``petab-sciml fit`` of 2 starts x 3 steps in this process (no plots) with
+  the export cache off (``PETAB_SCIML_CACHE=0``), empty, and filled by the run before
+  (the fit step read from it instead of traced: a resumed fit, a second fit, a Dask
+  worker); then the same two with JAX's compilation cache on as well
+  (``PETAB_SCIML_XLA_CACHE=1``), which also skips XLA's compilation.
 
 The caches live in a temporary folder (``PETAB_SCIML_CACHE_DIR``, ``XDG_CACHE_HOME``),
 so the figures are a fresh clone's.
@@ -36,6 +41,20 @@ EXAMPLE = REPO / "examples" / "lotka_volterra_ude" / "problem.yaml"
 LOAD = ("from petab_sciml.problem import load_problem; "
         "p = load_problem({problem!r}, backend='jax')")
 FIRST = LOAD + "; s = p.simulator(); s.value_and_grad(p.plan.w0)"
+FIT = ("from petab_sciml.cli import main; main(['fit', {problem!r}, '--starts', '2', "
+       "'--steps', '3', '--in-process', '--no-plots', '--out', {out!r}])")
+
+
+def _fit_rows(problem: str, tmp: Path, env: dict[str, str]) -> list[tuple[str, str, dict]]:
+    def fit(k: int) -> str:   # a new output folder each (fit refuses to overwrite one)
+        return FIT.format(problem=problem, out=str(tmp / f"fit{k}"))
+
+    xla = {**env, "PETAB_SCIML_XLA_CACHE": "1",
+           "PETAB_SCIML_CACHE_DIR": str(tmp / "cache-xla")}
+    return [("fit, cache off", fit(0), {**env, "PETAB_SCIML_CACHE": "0"}),
+            ("fit, empty cache", fit(1), env), ("fit, filled cache", fit(2), env),
+            ("fit, empty cache, XLA cache on", fit(3), xla),
+            ("fit, filled cache, XLA cache on", fit(4), xla)]
 
 
 def _run(code: str, env: dict[str, str]) -> tuple[float, float]:
@@ -69,6 +88,8 @@ def main() -> None:
                                ("first value_and_grad, filled cache",
                                 FIRST.format(problem=problem))):
                 rows.setdefault(name, []).append(_run(code, env))
+            for name, code, fit_env in _fit_rows(problem, Path(tmp), env):
+                rows.setdefault(name, []).append(_run(code, fit_env))
     load = os.getloadavg()
     print(f"{args.problem.name}, {args.reps} fresh processes each, load average "
           f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}")

@@ -6,10 +6,16 @@ serialized StableHLO, in a user cache folder (``$PETAB_SCIML_CACHE_DIR``, else
 A new process that loads the same problem deserializes it instead of tracing (diffrax
 tracing is most of the first-call time).
 
+* **What is kept**: each objective a :class:`JaxExecutor` compiles
+  (:meth:`ExportCache.wrap`), and the fit step and final evaluation of
+  ``petab-sciml fit`` (:meth:`ExportCache.wrap_function`; without them each fit process
+  and Dask worker traced the differentiated, vmapped step again, about 7 s).
 * **Key**: the problem's fingerprint (:attr:`SimulationPlan.fingerprint`: the problem
   YAML and the content of every file *and folder* it names, e.g. an NNEF model folder),
-  the options, the array shapes, and the versions of Python, JAX and of this package's
-  simulation code.  Any edit that can change the computation changes the key.
+  the options (for a fit step also the optimizer and its settings), the array shapes,
+  and the versions of Python, of the libraries traced into it (JAX, jaxlib, equinox,
+  diffrax, optax, lineax, optimistix) and of this package's simulation code.  Any edit
+  that can change the computation changes the key.
 * **Integrity** (:mod:`.cache_entry`): each entry starts with a header holding its key,
   its size and the SHA-256 of its content.  An entry is used only if it is this user's
   own (not owned or writable by another user), all three match (a flipped byte, a
@@ -107,6 +113,27 @@ def _code_hash() -> str:
 
 
 _CODE_HASH: str | None = None
+_VERSIONS: str | None = None
+
+TRACED_LIBRARIES = ("jax", "jaxlib", "equinox", "diffrax", "optax", "lineax", "optimistix")
+"""Distributions whose code is traced into a stored computation: a new version of any
+changes the key (an upgraded diffrax may step differently)."""
+
+
+def library_versions() -> str:
+    """``"jax=0.12.0 jaxlib=... ..."`` for :data:`TRACED_LIBRARIES` (``-``: not installed)."""
+    global _VERSIONS
+    if _VERSIONS is None:
+        from importlib import metadata
+
+        found = []
+        for name in TRACED_LIBRARIES:
+            try:
+                found.append(f"{name}={metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                found.append(f"{name}=-")
+        _VERSIONS = " ".join(found)
+    return _VERSIONS
 
 
 def code_hash() -> str:
@@ -173,6 +200,36 @@ def nan_errors():
             module.error_if = original
 
 
+def _export_and_compile(jitted: Any, args: tuple) -> tuple[Any, Any]:
+    """``(exported, compiled)``: ``jitted`` traced once (checks in their NaN form), lowered
+    for export and lowered and compiled for this process.  ``jax.export`` would trace
+    again for this process's own call and compile the stored module through its
+    calling wrapper, 40% more time for a fit step (``benchmarks/FIGURES.md``).  Uses
+    ``jax.export``'s internal ``_export_lowered``; where this JAX lacks it, the public
+    export and no compiled function (``None``)."""
+    from jax import export
+
+    try:
+        from jax._src import config
+        from jax._src.export._export import _export_lowered
+        from jax._src.interpreters import mlir
+
+        parameters = mlir.LoweringParameters(
+            for_export=True, hoist_constants_as_args=False,
+            export_ignore_forward_compatibility=(
+                config.export_ignore_forward_compatibility.value))
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - another JAX
+        with nan_errors():
+            return export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args), None
+    with nan_errors():
+        traced = jitted.trace(*args)
+    lowered = traced.lower(lowering_platforms=(export.default_export_platform(),),
+                           _private_parameters=parameters)
+    exported = _export_lowered(lowered, traced.jaxpr, traced.fun_name,
+                               disabled_checks=_LAPACK_CALLS())
+    return exported, traced.lower().compile()
+
+
 def _compiler_options(executor: Any) -> dict:
     """The executor's XLA options (those it compiles its own objective with)."""
     return dict(executor.compiler_options)
@@ -205,7 +262,9 @@ def _jit_exported(exported: Any, executor: Any) -> Any:
 
 
 class ExportCache:
-    """Wraps jitted objective functions so that they are exported once and reused."""
+    """Wraps jitted functions so that they are exported once and reused: the objectives
+    of an executor (:meth:`wrap`) and other computations of arrays (:meth:`wrap_function`).
+    """
 
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_cache_dir()
@@ -215,19 +274,49 @@ class ExportCache:
         'rejected' before a recompile when a stored entry failed its check)."""
 
     def key(self, executor: Any, kind: str, args: tuple) -> str:
+        """The entry name of the executor's objective ``kind`` called with ``args``."""
+        return self.function_key([executor.plan.fingerprint, kind, repr(executor.options),
+                                  executor.sensitivity,
+                                  f"devices={len(getattr(executor, 'devices', ()))}"], args)
+
+    @staticmethod
+    def function_key(parts: list[str], args: tuple) -> str:
+        """The entry name of a computation named by ``parts`` called with ``args``: the
+        parts, the arguments' shapes and dtypes, and the versions (Python, the traced
+        libraries, this package's simulation code)."""
         import jax
 
         import petab_sciml
 
         shapes = jax.tree_util.tree_map(lambda a: (tuple(a.shape), str(a.dtype)), args)
-        parts = [executor.plan.fingerprint, kind, repr(executor.options),
-                 executor.sensitivity, repr(shapes), jax.__version__,
-                 f"devices={len(getattr(executor, 'devices', ()))}",
+        parts = [*parts, repr(shapes), library_versions(),
                  getattr(petab_sciml, "__version__", "0"), code_hash(),
                  sys.version.split()[0]]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def wrap(self, executor: Any, kind: str, jitted: Any) -> Any:
+        """``jitted`` (the executor's objective ``kind``) loaded from its entry, or
+        exported into one on the first call."""
+        n_devices = max(1, len(getattr(executor, "devices", ()) or ()))
+        return self._wrapped(lambda args: self.key(executor, kind, args), jitted, n_devices,
+                             lambda exported: _jit_exported(exported, executor))
+
+    def wrap_function(self, parts: list[str], jitted: Any) -> Any:
+        """``jitted`` (a ``jax.jit`` function on one device) kept across processes like
+        the objectives.  Its arguments and results must be arrays in built-in containers
+        (tuples, lists, dicts): what ``jax.export`` stores.  ``parts`` name everything
+        else the computation depends on (the problem's fingerprint, the options, the
+        constants it closes over); they go into the key with the arguments' shapes."""
+        import jax
+
+        return self._wrapped(lambda args: self.function_key(parts, args), jitted, 1,
+                             lambda exported: jax.jit(exported.call), own=True)
+
+    def _wrapped(self, key_of: Any, jitted: Any, n_devices: int, place: Any,
+                 own: bool = False) -> Any:
+        """``jitted``, exported or loaded on its first call (``key_of(args)``: the entry's
+        name; ``place(exported)``: the loaded computation as a callable; ``own``: the
+        exporting process compiles its one trace itself, :func:`_export_and_compile`)."""
         if xla_cache_requested():
             enable_compilation_cache(self.folder / "xla")
         state: dict[str, Any] = {}
@@ -235,7 +324,8 @@ class ExportCache:
         def call(*args):
             fn = state.get("fn")
             if fn is None:
-                fn, loaded_from = self._load_or_export(executor, kind, jitted, args)
+                fn, loaded_from = self._load_or_export(key_of(args), jitted, args,
+                                                       n_devices, place, own)
                 state["fn"] = fn
                 if loaded_from is not None:
                     try:
@@ -255,36 +345,38 @@ class ExportCache:
         with contextlib.suppress(OSError):
             path.unlink()
 
-    def _load_or_export(self, executor: Any, kind: str, jitted: Any, args: tuple
-                        ) -> tuple[Any, Path | None]:
+    def _load_or_export(self, key: str, jitted: Any, args: tuple, n_devices: int,
+                        place: Any, own: bool = False) -> tuple[Any, Path | None]:
         """(function, path of the entry it was loaded from, or None)."""
         from jax import export
 
-        key = self.key(executor, kind, args)
         path = self.exports / f"{key}.bin"
         data = self._read(path)
         if data is not None:
             try:
                 exported = export.deserialize(bytearray(unpack_entry(data, key)))
-                check_signature(exported, args, max(1, len(getattr(executor, "devices", ())
-                                                          or ())))
+                check_signature(exported, args, n_devices)
                 self.events.append("loaded")
-                return _jit_exported(exported, executor), path
+                return place(exported), path
             except Exception as exc:  # noqa: BLE001 - a stale, damaged or foreign file
                 self._reject(path, str(exc).splitlines()[0] if str(exc) else
                              type(exc).__name__)
+        compiled = None
         try:
-            with nan_errors():
-                exported = export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args)
+            if own:
+                exported, compiled = _export_and_compile(jitted, args)
+            else:
+                with nan_errors():
+                    exported = export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args)
             blob = exported.serialize()
         except Exception as exc:  # noqa: BLE001 - fall back to plain jit
-            _warn_once("export", self.exports, f"cannot export the objective "
+            _warn_once("export", self.exports, f"cannot export the computation "
                        f"({type(exc).__name__}: {exc})")
             self.events.append("jit")
             return jitted, None
         self._write(path, pack_entry(key, bytes(blob)))
         self.events.append("exported")
-        return _jit_exported(exported, executor), None
+        return (compiled if compiled is not None else place(exported)), None
 
     def _read(self, path: Path) -> bytes | None:
         from petab_sciml.errors import PetabSciMLError

@@ -9,6 +9,13 @@ before (``stopped_at``); it stays in the batch without updates. Checkpoints (one
 ``.npz`` per start: the model's leaves, the optimizer state's leaves, the step, the loss
 trace; :mod:`.checkpoint`) are written every ``checkpoint_every`` steps, when stopped and
 at the end, and checked before a resumed task trains.
+
+The step and the final evaluation are kept in the JAX export cache
+(:meth:`~petab_sciml.backends.jax.cache.ExportCache.wrap_function`, unless
+``PETAB_SCIML_CACHE=0``): a resumed fit, a second fit of the same problem and every Dask
+worker load them instead of tracing the differentiated, vmapped solve again.  Stored
+computations take arrays only, so the models and optimizer states cross as their array
+leaves (:func:`_on_leaves`); their structure and static fields stay in this process.
 """
 
 from __future__ import annotations
@@ -83,15 +90,69 @@ def _compiled(task: FitTask, spec: Any, train: bool):
             state_out = _where(ok, new_state, state)
             return model_out, previous_out, state_out, ok, value
 
-        step = eqx.filter_jit(eqx.filter_vmap(one, in_axes=(0, 0, 0, 0, 0, None)))
+        step = eqx.filter_vmap(one, in_axes=(0, 0, 0, 0, 0, None))
         # each start's final value alone (lax.map, not vmap): the objective the saved
         # problem gives, bit for bit; a vmap solves the starts as one system, equal to
         # it only within the solver's tolerance (simulation.py, batches of starts)
-        final = eqx.filter_jit(lambda batch: jax.lax.map(loss, batch))
+        final = lambda batch: jax.lax.map(loss, batch)  # noqa: E731
         init = eqx.filter_jit(eqx.filter_vmap(
             lambda m: opt.init(eqx.filter(m, eqx.is_inexact_array))))
+        cache = _export_cache()
+        if cache is None:
+            step, final = eqx.filter_jit(step), eqx.filter_jit(final)
+        else:
+            # everything the step closes over besides the problem's files
+            parts = [spec.plan.fingerprint, repr(spec.executor.options),
+                     repr(sorted(task.options.items())),
+                     repr((task.optimizer, task.lr, task.schedule, task.lr_decay,
+                           task.steps if task.schedule == "cosine" else None, train))]
+            step = _on_leaves(cache, [*parts, "fit step"], step, n_trees=3, same_out=True)
+            final = _on_leaves(cache, [*parts, "fit final"], final, n_trees=1,
+                               same_out=False)
         found = _STEPS[key] = (step, final, init)
     return found
+
+
+def _export_cache() -> Any:
+    """The JAX export cache, or None when it is switched off (``PETAB_SCIML_CACHE=0``)."""
+    from .cache import ExportCache, cache_enabled
+
+    return ExportCache() if cache_enabled() else None
+
+
+def _on_leaves(cache: Any, parts: list[str], fn: Any, n_trees: int, same_out: bool) -> Any:
+    """``fn(*trees, *arrays)`` compiled on the array leaves of its first ``n_trees``
+    arguments (models, optimizer states) and kept by the export cache under ``parts``.
+    With ``same_out``, ``fn`` returns ``(*trees, *arrays)`` with trees of the structure
+    it was given (rebuilt here with their static fields); otherwise arrays in built-in
+    containers, returned as they are."""
+    compiled: dict[Any, Any] = {}
+
+    def call(*args):
+        dynamic, static = eqx.partition(args[:n_trees], eqx.is_array)
+        leaves, tree = jax.tree_util.tree_flatten(dynamic)
+        flat = compiled.get(tree)
+        if flat is None:
+            def on_leaves(leaves, *arrays):
+                trees = eqx.combine(jax.tree_util.tree_unflatten(tree, leaves), static)
+                out = fn(*trees, *arrays)
+                if not same_out:
+                    return out
+                out_leaves, out_tree = jax.tree_util.tree_flatten(
+                    eqx.filter(tuple(out[:n_trees]), eqx.is_array))
+                if out_tree != tree:   # a programming error, not a cache fault
+                    raise TypeError(f"the fit step changed its models' structure: "
+                                    f"{out_tree} from {tree}")
+                return out_leaves, *out[n_trees:]
+
+            flat = compiled[tree] = cache.wrap_function(parts, jax.jit(on_leaves))
+        out = flat(leaves, *args[n_trees:])
+        if not same_out:
+            return out
+        trees = eqx.combine(jax.tree_util.tree_unflatten(tree, out[0]), static)
+        return (*trees, *out[1:])
+
+    return call
 
 
 def _where(ok, a, b):
