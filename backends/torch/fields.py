@@ -34,15 +34,39 @@ class Fields:
         self.compile = compile
         self.n_outputs = [n.n_outputs for n in plan.networks]
         self._vectorized: tuple[Any, list[Any]] | None = None
+        self._kept: tuple[Any, Any, Any] | None = None
 
     def field_p(self, t, x, p, arrays, functional: bool = True):
         """``dx/dt`` of one experiment with everything read from ``p``."""
-        theta, outs = self.sens.split(p, self.n_outputs)
-        for j, start, base, size in self.sens.p_nets:
-            params = self.networks.params(j, p[start: start + size], base)
-            outs[j] = self.networks.out(j, t, x, theta, outs, arrays, params,
+        theta, outs, params = (self._views(p) if functional else self._kept_views(p))
+        outs = list(outs)
+        for j, net_params in params:
+            outs[j] = self.networks.out(j, t, x, theta, outs, arrays, net_params,
                                         functional=functional)
         return self.fns.rhs(t, x, theta, *outs)
+
+    def _views(self, p):
+        """``(theta, outs, [(network, {"layer.array": view})])`` of ``p``."""
+        theta, outs = self.sens.split(p, self.n_outputs)
+        params = [(j, self.networks.params(j, p[start: start + size], base))
+                  for j, start, base, size in self.sens.p_nets]
+        return theta, outs, params
+
+    def _kept_views(self, p):
+        """:meth:`_views`, kept while the eager right-hand side is called with the same
+        ``p`` (a solve calls it thousands of times; building the views was 15% of each
+        call).  Kept per ``p`` object, its in-place version and the grad mode (views made
+        without grad would cut ``p``'s gradient); not under ``torch.func`` transforms or
+        ``torch.compile`` (``functional``), whose ``p`` is a new wrapper each call."""
+        if p.is_inference():      # no version counter: nothing tells an in-place change
+            return self._views(p)
+        key = (p._version, torch.is_grad_enabled())
+        kept = self._kept
+        if kept is not None and kept[0] is p and kept[1] == key:
+            return kept[2]
+        views = self._views(p)
+        self._kept = (p, key, views)
+        return views
 
     def plain(self, t, y, args):
         """Solver field ``dx/dt``; ``args = (p, arrays)``."""
