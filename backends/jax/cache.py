@@ -200,6 +200,15 @@ def nan_errors():
             module.error_if = original
 
 
+def _export(jitted: Any, args: tuple) -> Any:
+    """``jitted`` at ``args`` exported with ``jax.export`` (run-time checks in their NaN
+    form, LAPACK's QR allowed)."""
+    from jax import export
+
+    with nan_errors():
+        return export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args)
+
+
 def _export_and_compile(jitted: Any, args: tuple) -> tuple[Any, Any]:
     """``(exported, compiled)``: ``jitted`` traced once (checks in their NaN form), lowered
     for export and lowered and compiled for this process.  ``jax.export`` would trace
@@ -219,8 +228,7 @@ def _export_and_compile(jitted: Any, args: tuple) -> tuple[Any, Any]:
             export_ignore_forward_compatibility=(
                 config.export_ignore_forward_compatibility.value))
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - another JAX
-        with nan_errors():
-            return export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args), None
+        return _export(jitted, args), None
     with nan_errors():
         traced = jitted.trace(*args)
     lowered = traced.lower(lowering_platforms=(export.default_export_platform(),),
@@ -366,8 +374,7 @@ class ExportCache:
             if own:
                 exported, compiled = _export_and_compile(jitted, args)
             else:
-                with nan_errors():
-                    exported = export.export(jitted, disabled_checks=_LAPACK_CALLS())(*args)
+                exported = _export(jitted, args)
             blob = exported.serialize()
         except Exception as exc:  # noqa: BLE001 - fall back to plain jit
             _warn_once("export", self.exports, f"cannot export the computation "
