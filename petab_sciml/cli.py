@@ -291,12 +291,14 @@ def _register_commands() -> None:
     from petab_sciml.cli_convert import convert
     from petab_sciml.cli_fit import fit
     from petab_sciml.cli_problem import info, upgrade, validate
+    from petab_sciml.cli_training import training_problems
 
     main.add_command(validate)
     main.add_command(info)
     main.add_command(upgrade)
     main.add_command(convert)
     main.add_command(fit)
+    main.add_command(training_problems)
 
 
 _register_commands()

@@ -19,7 +19,6 @@ destination is replaced only with ``force``, and never one holding the problem's
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,28 +87,12 @@ def _listed(cfg: Any) -> list[str]:
 
 # --------------------------------------------------------------------------- writing
 def _write(problem: Any, plan: Any, w: np.ndarray, folder: Path) -> None:
+    from petab_sciml.problem.folder import FilePlacer
+
     cfg = problem.config
     raw = yaml.safe_load(cfg.path.read_text(encoding="utf-8"))
-    placed: dict[str, str] = {}
-
-    def place(name: str, content: Any = None) -> str:
-        """Copy file or folder ``name`` (as listed) into ``folder``; its new name."""
-        if name in placed:
-            return placed[name]
-        source = cfg.resolve(name)
-        rel = Path(name)
-        inside = not rel.is_absolute() and ".." not in rel.parts
-        target = rel if inside else Path(_unique(rel.name, placed.values()))
-        dest = folder / target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if content is not None:
-            content(source, dest)
-        elif source.is_dir():
-            shutil.copytree(source, dest)
-        else:
-            shutil.copyfile(source, dest)
-        placed[name] = target.as_posix()
-        return placed[name]
+    placer = FilePlacer(cfg.resolve, folder)
+    place, placed = placer.place, placer.placed
 
     network_rows = {r.id for net in problem.parameters.values() for r in net.rows}
     mech = dict(zip(plan.mech_ids, w[: plan.n_mech].tolist()))
@@ -151,20 +134,12 @@ def _write_extension(ext: dict, plan: Any, w: Any, folder: Path, place: Any,
         else:
             (folder / new).unlink()
     from petab_sciml.arrays import write_array_file
+    from petab_sciml.problem.folder import unique_name
 
-    name = _unique(PARAMETERS_FILE, [*placed.values()])
+    name = unique_name(PARAMETERS_FILE, [*placed.values()])
     write_array_file(folder / name, parameters={
         net_id: layers for net_id, layers in plan.unpack(w)["nets"].items() if layers})
     ext["array_files"] = [*kept, name]
-
-
-def _unique(name: str, taken: Any) -> str:
-    taken = set(taken)
-    stem, suffix = os.path.splitext(name)
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate, k = f"{stem}_{k}{suffix}", k + 1
-    return candidate
 
 
 def _rewrite_parameters(source: Path, mech: Mapping[str, float],
