@@ -13,6 +13,16 @@ from petab_sciml.cli_problem import limit_option
 from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
 
 
+def _split_times(ctx: click.Context, param: click.Parameter, value: str | None
+                 ) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        return [float(t) for t in value.split(",") if t.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated times, got {value!r}") from None
+
+
 @click.command("fit")
 @click.argument("problem", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(["jax", "torch"]), default="jax",
@@ -56,6 +66,23 @@ from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
 @click.option("--progress-every", type=float, default=10.0, show_default=True,
               metavar="SECONDS", help="Without a terminal: a progress line per start at "
               "least this often (and at every tenth of the steps).")
+@click.option("--strategy", type=click.Choice(["curriculum", "multiple-shooting",
+                                               "curriculum-multiple-shooting"]),
+              help="Train the stage problems of a training strategy one after another "
+                   "(docs/training_strategies.md).")
+@click.option("--stages", type=click.IntRange(min=1),
+              help="--strategy: number of stages (windows for multiple-shooting).")
+@click.option("--split", callback=_split_times, metavar="T1,T2,...",
+              help="--strategy: interior stage ends / window bounds instead of --stages.")
+@click.option("--penalty", type=float, default=1.0, show_default=True,
+              help="--strategy: continuity penalty weight of multiple shooting.")
+@click.option("--log-penalty", is_flag=True, help="--strategy: penalize log(abs(state)).")
+@click.option("--initial-value", type=float,
+              help="--strategy: start new window states at this value instead of their "
+                   "simulated values.")
+@click.option("--stage-steps", type=int,
+              help="--strategy: optimizer steps of each stage before the last (default "
+                   "--steps).")
 @limit_option
 def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
         lr_decay: float | None, patience: int, min_delta: float, steps: int, starts: int,
@@ -63,7 +90,9 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
         batch: int | None, resume: bool, force: bool, checkpoint_every: int, no_plots: bool,
         trust_code: bool, as_json: bool, solver: str | None, rtol: float | None,
         atol: float | None, start_from_nominal: bool, progress_every: float,
-        limits: dict[str, int]) -> None:
+        strategy: str | None, stages: int | None, split: list[float] | None,
+        penalty: float, log_penalty: bool, initial_value: float | None,
+        stage_steps: int | None, limits: dict[str, int]) -> None:
     """Train PROBLEM from several starts and write the best one as a PEtab problem.
 
     Ctrl-C, SIGTERM and SIGHUP stop every start at its next step, write checkpoints and
@@ -78,6 +107,26 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
     from petab_sciml.fit.signals import FitSignalled
 
     err = Console(stderr=True)
+    strategy_options = {"stages": stages, "split": split, "stage_steps": stage_steps,
+                        "initial_value": initial_value}
+    if strategy is None and any(v is not None for v in strategy_options.values()):
+        raise click.UsageError("--stages, --split, --initial-value and --stage-steps go "
+                               "with --strategy")
+    if strategy is not None:
+        if (stages is None) == (split is None):
+            raise click.UsageError("--strategy needs either --stages or --split")
+        _fit_strategy(problem, strategy, backend=backend, optimizer=optimizer, lr=lr,
+                      steps=steps, starts=starts, seed=seed, out=out, scheduler=scheduler,
+                      in_process=in_process, n_workers=workers, batch=batch, resume=resume,
+                      force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
+                      trust_code=trust_code, progress=not as_json, console=err,
+                      progress_every_s=progress_every,
+                      start_from_nominal=start_from_nominal, schedule=schedule,
+                      lr_decay=lr_decay, patience=patience, min_delta=min_delta,
+                      limits=limits, penalty=penalty, log_penalty=log_penalty,
+                      as_json=as_json, **strategy_options,
+                      **_simulation_options(backend, solver, rtol, atol))
+        return
     try:
         result = run_fit(problem, backend=backend, optimizer=optimizer, lr=lr, steps=steps,
                          starts=starts, seed=seed, out=out, scheduler=scheduler,
@@ -123,6 +172,39 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
     for name, path in result.files.items():
         if name not in ("results", "best"):
             click.echo(f"plot:     {path}")
+
+
+def _fit_strategy(problem: Path, strategy: str, *, as_json: bool, console: object,
+                  **options: object) -> None:
+    from petab_sciml.errors import PetabSciMLError
+    from petab_sciml.fit.signals import FitSignalled
+    from petab_sciml.fit.strategy import fit_strategy
+
+    try:
+        result = fit_strategy(problem, strategy, console=console, **options)
+    except FitSignalled as exc:
+        console.print(f"[yellow]stopped by {exc.name}; a fit with a strategy cannot be "
+                      "resumed yet[/yellow]")
+        sys.exit(exc.exit_status)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; a fit with a strategy cannot be resumed "
+                      "yet[/yellow]")
+        sys.exit(130)
+    except PetabSciMLError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({
+            "strategy": strategy, "best": result.best_start,
+            "stages": [{"name": s.name, "problem": str(s.problem),
+                        "original_objectives": [_number(v) for v in s.original_values]}
+                       for s in result.stages]}, indent=2, allow_nan=False))
+        return
+    for s in result.stages:
+        click.echo(f"{s.name}: objective of the original problem "
+                   f"{float(min(s.original_values)):.6g} (best start)  [{s.problem}]")
+    click.echo(f"best start {result.best_start}: objective {result.best_value:.6g}")
+    click.echo(f"summary:  {result.out / 'strategy.json'}")
 
 
 def _number(value: float) -> float | None:

@@ -61,7 +61,7 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
         progress_every_s: float = PLAIN_PROGRESS_EVERY_S, start_from_nominal: bool = False,
         schedule: str = "constant", lr_decay: float | None = None, patience: int = 0,
         min_delta: float = 0.0, limits: dict[str, int] | None = None,
-        **options: Any) -> FitResult:
+        start_vectors: Any = None, **options: Any) -> FitResult:
     """Train ``starts`` starts of ``problem`` (a path or a loaded problem) for ``steps``
     steps each and return the :class:`FitResult`.
 
@@ -81,7 +81,9 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     plain line per start every ``progress_every_s`` seconds and every tenth of the
     steps); ``limits``: budgets on what input files may cost
     (:func:`petab_sciml.limits.use_limits`, ``{"max_elements": 10**9}``), for every load
-    of the problem, in workers too; ``options``: the backend's simulation options.
+    of the problem, in workers too; ``start_vectors``: the starts' parameter vectors
+    (``(starts, plan.n_w)``, ``plan.pack`` layout) instead of drawn ones (a training
+    strategy's stages, :mod:`.strategy`); ``options``: the backend's simulation options.
     """
     from petab_sciml.limits import use_limits
     from petab_sciml.problem import load_problem
@@ -126,10 +128,13 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     console = console or Console(stderr=True)
     simulator = _simulator(problem, options)
     try:
-        vectors = draw_starts(problem, seed, starts,
-                              lambda w: simulator.evaluate(w, grad=False).value,
-                              report=lambda text: console.print(text) if progress else None,
-                              nominal_first=start_from_nominal)
+        if start_vectors is not None:
+            vectors = _given_starts(start_vectors, starts, plan.n_w)
+        else:
+            vectors = draw_starts(problem, seed, starts,
+                                  lambda w: simulator.evaluate(w, grad=False).value,
+                                  report=lambda text: console.print(text) if progress
+                                  else None, nominal_first=start_from_nominal)
     except ValueError as exc:
         raise FitError(str(exc)) from None
     run_id = uuid.uuid4().hex[:12]
@@ -169,6 +174,13 @@ def fit(problem: Any, *, backend: str | None = None, optimizer: str = "adam",
     if out is not None:
         _write_outputs(problem, simulator, result, out, plots)
     return result
+
+
+def _given_starts(vectors: Any, starts: int, n_w: int) -> list[np.ndarray]:
+    out = [np.array(v, dtype=np.float64) for v in vectors]
+    if len(out) != starts or any(v.shape != (n_w,) for v in out):
+        raise ValueError(f"start_vectors: expected {starts} vectors of {n_w} values")
+    return out
 
 
 def _simulator(problem: Any, options: dict[str, Any]) -> Any:

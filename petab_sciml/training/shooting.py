@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from petab_sciml.expressions import free_symbol_names, parse
 
@@ -98,6 +99,8 @@ class _Shooting:
         for plist in self.periods.values():
             plist.sort(key=lambda p: p[0])
         self.taken = source.ids()
+        self.window_states: list[WindowState] = []
+        self.default_added = False
 
     def new_id(self, name: str) -> str:
         if name in self.taken:
@@ -116,6 +119,7 @@ class _Shooting:
                                     f"called {DEFAULT_EXPERIMENT!r}: give those measurements "
                                     "an experiment first")
             self.periods[DEFAULT_EXPERIMENT] = [(0.0, [])]
+            self.default_added = True
             by_experiment[DEFAULT_EXPERIMENT] = by_experiment.pop("")
         for experiment, rows in by_experiment.items():
             self.experiment(experiment, rows)
@@ -166,6 +170,9 @@ class _Shooting:
             conds.add(**{**row, "conditionId": cid})
         for state in self.source.state_ids:
             pid = self.new_id(window_parameter(i, experiment, state))
+            original = "" if self.default_added and experiment == DEFAULT_EXPERIMENT \
+                else experiment
+            self.window_states.append(WindowState(pid, original, t0, state))
             conds.add(conditionId=cid, targetId=state, targetValue=pid)
             lower = -self.state_bound if self.source.state_kinds.get(state) == "parameter" \
                 else 0.0
@@ -191,6 +198,25 @@ class _Shooting:
             obs.add(**cells)
             self.tables["measurement"].add(observableId=oid, experimentId=previous,
                                            time=number(t0), measurement="0.0")
+
+
+@dataclass(frozen=True)
+class WindowState:
+    """An estimated window initial state: parameter ``parameter`` is ``state`` at time
+    ``t0`` of the source problem's experiment ``experiment`` ("" for measurements
+    without an experiment)."""
+
+    parameter: str
+    experiment: str
+    t0: float
+    state: str
+
+
+def window_states(source: SourceProblem, windows: Sequence[Window]) -> list[WindowState]:
+    """The window initial states :func:`shooting_tables` estimates for ``windows``."""
+    job = _Shooting(source, windows, False, 1.0, 1.0)
+    job.run()
+    return job.window_states
 
 
 def _parameter_cells(table: Rows, pid: str, nominal: float, lower: float, upper: float, *,

@@ -1,0 +1,105 @@
+"""``fit`` with a training strategy (``petab_sciml/fit/strategy.py``): parameters carried
+between stages by id, new window states started at the original problem's simulated
+states, the original objective reported after every stage, in both backends."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("libsbml")
+pytest.importorskip("optax")
+
+from petab_sciml.fit.strategy import carry, fit_strategy  # noqa: E402
+from petab_sciml.problem import load_problem  # noqa: E402
+from tests.training.test_training_problems import _two_period_problem  # noqa: E402
+
+
+def test_carry_takes_parameters_and_network_arrays_by_id(tmp_path):
+    from petab_sciml.training import training_problems
+
+    problem = _two_period_problem(tmp_path / "p")
+    (ms,) = training_problems(problem, "multiple-shooting", tmp_path / "ms", split=[5])
+    a = load_problem(problem, backend="jax").plan
+    b = load_problem(ms, backend="jax").plan
+    w = np.random.default_rng(0).normal(size=a.n_w)
+    got = carry(a, w, b, b.w0)
+    va, vb = a.unpack(w), b.unpack(got)
+    for pid in a.mech_ids:
+        assert vb["mech"][b.mech_ids.index(pid)] == va["mech"][a.mech_ids.index(pid)]
+    for layer, arrays in va["nets"]["net1"].items():
+        for name, value in arrays.items():
+            np.testing.assert_array_equal(vb["nets"]["net1"][layer][name], value)
+    new = [j for j, pid in enumerate(b.mech_ids) if pid not in a.mech_ids]
+    assert len(new) == 2 and all(got[j] == b.w0[j] for j in new)     # window states
+    back = carry(b, got, a, np.zeros(a.n_w))
+    np.testing.assert_array_equal(back, w)
+
+
+@pytest.mark.slow
+def test_stages_without_steps_carry_the_starts_unchanged(tmp_path):
+    """With 0 steps per stage every stage starts where the last ended, so the original
+    objective after each stage is the objective at the drawn starts, and each window
+    state starts at the original trajectory's state at its window's start."""
+    problem = _two_period_problem(tmp_path / "p")
+    result = fit_strategy(problem, "curriculum-multiple-shooting", split=[3, 7], steps=0,
+                          starts=2, seed=3, out=tmp_path / "fit", in_process=True,
+                          plots=False, progress=False)
+    original = load_problem(problem, backend="jax")
+    sim = original.simulator(cache=False)
+    from petab_sciml.fit.starts import draw_starts
+    from petab_sciml.training import read_source
+
+    starts = draw_starts(original, 3, 2, lambda w: sim.evaluate(w, grad=False).value)
+    expected = [sim.evaluate(w, grad=False).value for w in starts]
+    assert [s.name for s in result.stages] == ["stage1", "stage2", "stage3"]
+    for stage in result.stages:
+        np.testing.assert_array_equal(stage.original_values, expected)
+    for w, w0 in zip(result.original_w, starts, strict=True):
+        np.testing.assert_array_equal(w, w0)
+    # stage 1's window states: the original simulation of that start at t = 3 and 7
+    stage1 = result.stages[0]
+    plan = load_problem(stage1.problem, backend="jax").plan
+    rows = [(r["observableId"], float(r["time"]))
+            for r in read_source(problem).tables["measurement"].rows]
+    for start in stage1.result.starts:
+        sims = dict(zip(rows, sim.evaluate(starts[start.start], grad=False).simulations,
+                        strict=True))
+        for i, t0 in ((2, 3.0), (3, 7.0)):
+            for state in ("prey", "predator"):
+                j = plan.mech_ids.index(f"WINDOW{i}_EXPERIMENT_lv_PARAMETER_{state}")
+                # the probe's solve ends at t = 7, the original's at 10: equal to the
+                # solver's tolerance (rtol 1e-8), not bit for bit
+                assert start.w[j] == pytest.approx(sims[f"{state}_obs", t0], rel=1e-6)
+    summary = json.loads((tmp_path / "fit" / "strategy.json").read_text())
+    assert [s["original_objective"] for s in summary["stages"]] == [expected] * 3
+    assert (tmp_path / "fit" / "stage2" / "results.h5").is_file()
+    # the last stage of curriculum multiple shooting is the original problem
+    assert summary["stages"][-1]["stage_objective"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_short_multiple_shooting_fit_agrees_across_backends(tmp_path):
+    """Two Adam steps of a multiple-shooting fit from the same start in JAX (optax) and
+    PyTorch (torch.optim), both from the nominal values (drawn starts differ by backend):
+    the same losses and the same original objective after it."""
+    pytest.importorskip("torch")
+    problem = _two_period_problem(tmp_path / "p")
+    results = {backend: fit_strategy(problem, "multiple-shooting", stages=2, penalty=10.0,
+                                     steps=2, starts=1, seed=0, backend=backend,
+                                     out=tmp_path / backend, in_process=True, plots=False,
+                                     progress=False, lr=0.02, start_from_nominal=True)
+               for backend in ("jax", "torch")}
+    jax_stage, torch_stage = (results[b].stages[0] for b in ("jax", "torch"))
+    (a,), (b,) = jax_stage.result.starts, torch_stage.result.starts
+    assert a.steps == b.steps == 2
+    np.testing.assert_allclose(a.trace, b.trace, rtol=1e-6)
+    np.testing.assert_allclose(a.w, b.w, rtol=1e-6, atol=1e-9)
+    assert np.isfinite(jax_stage.original_values[0])
+    np.testing.assert_allclose(jax_stage.original_values, torch_stage.original_values,
+                               rtol=1e-6)
+    original = load_problem(problem, backend="jax").simulator(cache=False)
+    value = original.evaluate(results["jax"].original_w[0], grad=False).value
+    assert jax_stage.original_values[0] == pytest.approx(value, rel=1e-12)
