@@ -131,8 +131,11 @@ def check_network_roles(b: PlanBuilder) -> list[str]:
     sim = {n for n in plans if not plans[n].pre_initialization}
     obs = b.observables
     rhs = _closure(_networks_read(b.model.rhs(), out_net), plans, out_net) & sim
-    at_points = _closure(_networks_read(obs.obs_exprs + obs.noise_exprs, out_net), plans,
-                         out_net) & sim
+    # observables read network outputs directly or through model entities the
+    # hybridization table assigns them to (``gamma = net1_gamma``)
+    at_points = _closure(_networks_read([b.model.expand(e) for e in
+                                         obs.obs_exprs + obs.noise_exprs], out_net),
+                         plans, out_net) & sim
     for n in rhs:
         plans[n].in_rhs = True
     for n in at_points:
