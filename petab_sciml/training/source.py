@@ -122,6 +122,7 @@ def read_source(path: str | Path) -> SourceProblem:
         for c in MINIMAL_COLUMNS[kind]:
             if c not in rows.columns:
                 rows.columns.append(c)
+        rows.rows = [{c: r.get(c, "") for c in rows.columns} for r in rows.rows]
         tables[kind] = rows
     states, kinds, model_ids = _model_states(cfg)
     return SourceProblem(path, copy.deepcopy(cfg.raw), tables, states, kinds, cfg,

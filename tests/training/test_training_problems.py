@@ -298,3 +298,30 @@ def test_multiple_shooting_at_the_true_window_states_simulates_the_original(tmp_
             np.testing.assert_allclose(value, reference[key], rtol=1e-6, atol=1e-8,
                                        err_msg=str(r))
     assert (n_data, n_penalty) == (24, 4)
+
+
+def test_problem_without_experiment_table(tmp_path):
+    """Measurements without an experiment (no experiment table, no experimentId column)
+    become experiment ``default`` starting at 0; curriculum stages keep them as they
+    are."""
+    folder = tmp_path / "p"
+    shutil.copytree(EXAMPLE, folder)
+    (folder / "experiments.tsv").unlink()
+    text = (folder / "problem.yaml").read_text()
+    (folder / "problem.yaml").write_text(text.replace('experiment_files: ["experiments.tsv"]\n',
+                                                      ""))
+    lines = (folder / "measurements.tsv").read_text().splitlines()
+    (folder / "measurements.tsv").write_text("\n".join(
+        "\t".join(c for k, c in enumerate(line.split("\t")) if k != 1) for line in lines) + "\n")
+    problem = folder / "problem.yaml"
+    t = shooting_tables(read_source(problem), [(1.0, 5.0), (5.0, 10.0)], penalty=1.0)
+    assert [(r["experimentId"], float(r["time"]), r["conditionId"])
+            for r in t["experiment"].rows] == [
+        ("WINDOW1_EXPERIMENT_default", 0.0, ""),
+        ("WINDOW2_EXPERIMENT_default", 5.0, "WINDOW2_EXPERIMENT_default_IC")]
+    assert {r["experimentId"] for r in t["measurement"].rows} == {
+        "WINDOW1_EXPERIMENT_default", "WINDOW2_EXPERIMENT_default"}
+    paths = training_problems(problem, "curriculum", tmp_path / "c", stages=2)
+    stage1 = (paths[0].parent / "measurements.tsv").read_text().splitlines()
+    assert len(stage1) == 1 + 10 and all(line.split("\t")[3] == "" for line in stage1[1:])
+    training_problems(problem, "multiple-shooting", tmp_path / "ms", stages=2)  # validated
