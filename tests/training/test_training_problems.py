@@ -325,3 +325,45 @@ def test_problem_without_experiment_table(tmp_path):
     stage1 = (paths[0].parent / "measurements.tsv").read_text().splitlines()
     assert len(stage1) == 1 + 10 and all(line.split("\t")[3] == "" for line in stage1[1:])
     training_problems(problem, "multiple-shooting", tmp_path / "ms", stages=2)  # validated
+
+
+@pytest.mark.parametrize("initial_value", [True, False])
+def test_events_around_window_starts(tmp_path, initial_value):
+    """A dose at ``time >= tau`` (tau = 1.3) in windows [0.5, 1], [1, 2], [2, 3.5] with
+    the true window states: window 2 gives the dose inside itself, as the original does;
+    window 3 starts after it, where the trigger is already true.  With
+    ``initialValue="true"`` it does not fire there (the closed-form trajectory
+    throughout); with ``"false"`` SBML fires it at the window start, so window 3 doses
+    again (docs/training_strategies.md, "Events")."""
+    pytest.importorskip("torch")
+    from petab_sciml.problem import load_problem
+    from tests.simulation.test_events import DOSE, TAU, TIMES, dosed_x, write_dosing
+
+    problem = write_dosing(tmp_path / "p", initial_value=initial_value)
+    (ms,) = training_problems(problem, "multiple-shooting", tmp_path / "ms",
+                              split=[1.0, 2.0], penalty=1.0)
+    d = 0.7
+    truth = {t: dosed_x(t, d, TAU, DOSE) for t in TIMES}
+    params = (ms.parent / "parameters.tsv").read_text().splitlines()
+    header = params[0].split("\t")
+    for k, line in enumerate(params):
+        cells = line.split("\t")
+        for i, t0 in ((2, 1.0), (3, 2.0)):
+            if cells[0] == f"WINDOW{i}_EXPERIMENT_default_PARAMETER_X":
+                cells[header.index("nominalValue")] = repr(truth[t0])
+                params[k] = "\t".join(cells)
+    (ms.parent / "parameters.tsv").write_text("\n".join(params) + "\n")
+    sims = load_problem(ms, backend="torch").simulator(compile=False).evaluate(
+        grad=False).simulations
+    rows = read_source(ms).tables["measurement"].rows
+    window3 = [(float(r["time"]), v) for r, v in zip(rows, sims, strict=True)
+               if r["experimentId"] == "WINDOW3_EXPERIMENT_default" and r["observableId"] == "obs"]
+    others = [(float(r["time"]), v) for r, v in zip(rows, sims, strict=True)
+              if r["experimentId"] != "WINDOW3_EXPERIMENT_default" and r["observableId"] == "obs"]
+    assert [t for t, _ in others] == [0.5, 1.0, 1.0, 2.0]
+    for t, v in others:
+        assert v == pytest.approx(truth[t], rel=1e-6)
+    assert [t for t, _ in window3] == [2.0, 3.5]
+    extra = 0.0 if initial_value else DOSE      # fired again at the window's start
+    for t, v in window3:
+        assert v == pytest.approx((truth[2.0] + extra) * math.exp(-d * (t - 2.0)), rel=1e-6)
