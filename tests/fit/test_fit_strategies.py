@@ -103,3 +103,23 @@ def test_short_multiple_shooting_fit_agrees_across_backends(tmp_path):
     original = load_problem(problem, backend="jax").simulator(cache=False)
     value = original.evaluate(results["jax"].original_w[0], grad=False).value
     assert jax_stage.original_values[0] == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_cli_fit_with_a_strategy(tmp_path):
+    from click.testing import CliRunner
+
+    from petab_sciml.cli import main
+
+    problem = _two_period_problem(tmp_path / "p")
+    runner = CliRunner()
+    done = runner.invoke(main, ["fit", str(problem), "--strategy", "curriculum", "--stages",
+                                "2", "--steps", "0", "--starts", "1", "--in-process",
+                                "--no-plots", "--out", str(tmp_path / "fit"), "--json"])
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.output[done.output.index("{"):])
+    assert [s["name"] for s in out["stages"]] == ["stage1", "stage2"]
+    assert out["stages"][0]["original_objectives"] == out["stages"][1]["original_objectives"]
+    usage = runner.invoke(main, ["fit", str(problem), "--stages", "2", "--out",
+                                 str(tmp_path / "x")])
+    assert usage.exit_code == 2 and "go with --strategy" in usage.output
