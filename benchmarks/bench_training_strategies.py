@@ -10,7 +10,8 @@ Per method and backend: the original problem's final objective of each start (me
 best), the error of the learned term (RMS of the network's gamma along the fitted
 trajectory against the true 0.8, median over starts), the optimizer steps taken in all
 stages, and the wall time.  Starts are seed 0's starts 0 .. K-1 (drawn on the original
-problem; the same for every method of one backend).  Strategies: curriculum (4 stages),
+problem; the same for every method of one backend).  "plain, as many steps" trains as
+many steps as the 4-stage strategies take in all stages.  Strategies: curriculum (4 stages),
 multiple shooting (8 windows, penalty 10), curriculum multiple shooting (4 stages,
 penalty 10); each earlier stage gets --steps / stages steps, the last --steps.
 """
@@ -33,6 +34,7 @@ TIMES = np.arange(0.5, 60.01, 0.5)
 NOISE_SD = 0.05
 METHODS = {
     "plain": None,
+    "plain, as many steps": "long",
     "curriculum": {"stages": 4},
     "multiple-shooting": {"stages": 8, "penalty": 10.0},
     "curriculum-multiple-shooting": {"stages": 4, "penalty": 10.0},
@@ -76,7 +78,9 @@ def run(method: str, backend: str, problem: Path, out: Path, starts: int, steps:
               "plots": False, "progress": False, "in_process": True, "lr": 0.01}
     t = time.perf_counter()
     settings = METHODS[method]
-    if settings is None:
+    if settings in (None, "long"):
+        # "long": as many steps as the 4-stage strategies take in all their stages
+        steps = steps + 3 * (steps // 4) if settings == "long" else steps
         result = fit(str(problem), steps=steps, **common)
         ws = [r.w for r in sorted(result.starts, key=lambda r: r.start)]
         values = [r.value for r in sorted(result.starts, key=lambda r: r.start)]
