@@ -90,7 +90,9 @@ def test_short_multiple_shooting_fit_agrees_across_backends(tmp_path):
     results = {backend: fit_strategy(problem, "multiple-shooting", stages=2, penalty=10.0,
                                      steps=2, starts=1, seed=0, backend=backend,
                                      out=tmp_path / backend, in_process=True, plots=False,
-                                     progress=False, lr=0.02, start_from_nominal=True)
+                                     progress=False, lr=0.02, start_from_nominal=True,
+                                     # PyTorch's eager solve: its compile is not the subject
+                                     **({"compile": False} if backend == "torch" else {}))
                for backend in ("jax", "torch")}
     jax_stage, torch_stage = (results[b].stages[0] for b in ("jax", "torch"))
     (a,), (b,) = jax_stage.result.starts, torch_stage.result.starts
