@@ -183,12 +183,12 @@ def _fit_strategy(problem: Path, strategy: str, *, as_json: bool, console: objec
     try:
         result = fit_strategy(problem, strategy, console=console, **options)
     except FitSignalled as exc:
-        console.print(f"[yellow]stopped by {exc.name}; a fit with a strategy cannot be "
-                      "resumed yet[/yellow]")
+        console.print(f"[yellow]stopped by {exc.name}: continue with the same command "
+                      "and --resume[/yellow]")
         sys.exit(exc.exit_status)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted; a fit with a strategy cannot be resumed "
-                      "yet[/yellow]")
+        console.print("[yellow]interrupted: continue with the same command and "
+                      "--resume[/yellow]")
         sys.exit(130)
     except PetabSciMLError as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -97,17 +97,26 @@ def fit_strategy(problem: str | os.PathLike, strategy: str, *, stages: int | Non
     start of new window states (None: simulated); ``steps``: steps of the last stage,
     ``stage_steps``: of each earlier stage (default ``steps``); ``fit_options``: the rest
     of :func:`~petab_sciml.fit.fit`'s settings (optimizer, lr, in_process, ...), the
-    same for every stage.  ``resume`` is not supported."""
+    same for every stage.  ``resume=True`` (with the same settings and ``out``) keeps the
+    stages ``strategy.json`` lists as done and continues the next one from its
+    checkpoints (or from its start when it has none)."""
     from petab_sciml.problem import load_problem
     from petab_sciml.training import training_problems
 
-    if fit_options.pop("resume", False):
-        raise FitError("a fit with a training strategy cannot be resumed yet; run it again")
+    resume = bool(fit_options.pop("resume", False))
     path = Path(getattr(problem, "path", problem))
     out = Path(out) if out is not None else None
-    if out is not None and out.exists() and any(out.iterdir()) and not force:
-        raise FitError(f"{out} is not empty; pass --force (force=True) to replace it",
-                       file=out)
+    record = {"strategy": strategy, "problem": str(path.resolve()), "stages": stages,
+              "split": split, "penalty": penalty, "log_penalty": log_penalty,
+              "initial_value": initial_value, "state_bound": state_bound, "steps": steps,
+              "stage_steps": stage_steps, "starts": starts, "seed": seed,
+              "backend": backend,
+              "fit": json.loads(json.dumps(fit_options, sort_keys=True, default=str))}
+    done = _resumed_stages(out, record) if resume else []
+    if not resume and out is not None and out.exists() and any(out.iterdir()) \
+            and not force:
+        raise FitError(f"{out} is not empty; pass --force (force=True) to replace it, or "
+                       "--resume to continue it", file=out)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     problems = (out / "problems") if out is not None else \
@@ -137,33 +146,62 @@ def fit_strategy(problem: str | os.PathLike, strategy: str, *, stages: int | Non
     result = StrategyResult(strategy, out=out)
     for k, stage_path in enumerate(paths, start=1):
         stage = load_problem(stage_path, backend=backend, trust_code=trust_code)
-        vectors = [carry(plan, w, stage.plan, stage.plan.w0) for w in current]
-        if probe is not None:
-            vectors = [probe.fill(stage.plan, v, plan, w, start)
-                       for start, (v, w) in enumerate(zip(vectors, current, strict=True))]
-        last = k == len(paths)
         name = f"stage{k}"
-        fitted = fit(stage, backend=backend, steps=steps if last or stage_steps is None
-                     else stage_steps, starts=starts, seed=seed, start_vectors=vectors,
-                     out=(out / name) if out is not None else None, force=True,
-                     progress=progress, console=console, trust_code=trust_code,
-                     **{k2: v2 for k2, v2 in fit_options.items()
-                        if k2 != "start_from_nominal"})
+        if k <= len(done):     # finished before the fit was interrupted
+            fitted = FitResult.load(out / name / "results.h5")
+        else:
+            vectors = [carry(plan, w, stage.plan, stage.plan.w0) for w in current]
+            if probe is not None:
+                vectors = [probe.fill(stage.plan, v, plan, w, start) for start, (v, w)
+                           in enumerate(zip(vectors, current, strict=True))]
+            again = resume and (out / name / "fit.json").is_file()
+            fitted = fit(stage, backend=backend, steps=steps if k == len(paths)
+                         or stage_steps is None else stage_steps, starts=starts, seed=seed,
+                         start_vectors=vectors,
+                         out=(out / name) if out is not None else None, force=not again,
+                         resume=again, progress=progress, console=console,
+                         trust_code=trust_code,
+                         **{k2: v2 for k2, v2 in fit_options.items()
+                            if k2 != "start_from_nominal"})
         current = [r.w for r in sorted(fitted.starts, key=lambda r: r.start)]
         plan = stage.plan
         values = np.array([simulator.evaluate(carry(plan, w, original.plan,
                                                     original.plan.w0), grad=False).value
                            for w in current])
         result.stages.append(StageResult(name, stage_path, fitted, values))
+        if out is not None:
+            _write_summary(out, result, record)
         if progress:
             best = int(np.argmin(values))
             console.print(f"{name}/{len(paths)} ({strategy}): objective of the original "
                           f"problem {values[best]:.6g} at start {best} (its own "
                           f"{fitted.starts[best].value:.6g})")
     result.original_w = [carry(plan, w, original.plan, original.plan.w0) for w in current]
-    if out is not None:
-        _write_summary(out, result, steps, stage_steps)
     return result
+
+
+def _resumed_stages(out: Path | None, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stages ``out/strategy.json`` lists as done, after checking that it was
+    written by a fit with the settings ``record``."""
+    if out is None:
+        raise FitError("resume needs the output folder of the interrupted fit")
+    path = out / "strategy.json"
+    if not path.is_file():
+        # interrupted before its first stage ended: that stage resumes from checkpoints
+        if (out / "stage1" / "fit.json").is_file():
+            return []
+        raise FitError(f"nothing to resume: {path} does not exist", file=path)
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FitError(f"cannot read {path.name}: {exc}", file=path) from None
+    before = saved.get("settings") if isinstance(saved, dict) else None
+    if before != record:
+        diff = sorted(k for k in record if not isinstance(before, dict)
+                      or before.get(k) != record[k])
+        raise FitError("resume with the settings of the interrupted fit; these differ: "
+                       + ", ".join(diff), file=path)
+    return list(saved.get("stages") or [])
 
 
 _FIT_ONLY = {"optimizer", "lr", "client", "scheduler", "in_process", "batch", "n_workers",
@@ -229,11 +267,12 @@ class _Probe:
         return out
 
 
-def _write_summary(out: Path, result: StrategyResult, steps: int,
-                   stage_steps: int | None) -> None:
+def _write_summary(out: Path, result: StrategyResult, record: dict[str, Any]) -> None:
+    """``strategy.json``: the settings and every stage done so far (written after
+    each stage: what ``resume`` keeps)."""
     from petab_sciml.safe_write import write_text
 
-    summary = {"strategy": result.strategy, "stages": [
+    summary = {"strategy": result.strategy, "settings": record, "stages": [
         {"name": s.name, "problem": str(s.problem),
          "steps": s.result.settings["steps"],
          "original_objective": [float(v) for v in s.original_values],

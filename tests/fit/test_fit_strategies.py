@@ -125,3 +125,31 @@ def test_cli_fit_with_a_strategy(tmp_path):
     usage = runner.invoke(main, ["fit", str(problem), "--stages", "2", "--out",
                                  str(tmp_path / "x")])
     assert usage.exit_code == 2 and "go with --strategy" in usage.output
+
+
+@pytest.mark.slow
+def test_resume_keeps_finished_stages_and_ends_as_an_uninterrupted_fit(tmp_path):
+    """A fit stopped after its first stage (strategy.json lists one stage, the later
+    stage folders absent) resumes from stage 2 and ends with the uninterrupted fit's
+    parameters, bit for bit; other settings are refused by name."""
+    import shutil
+
+    from petab_sciml.fit import FitError
+
+    problem = _two_period_problem(tmp_path / "p")
+    settings = {"split": [5], "steps": 2, "starts": 1, "seed": 1, "in_process": True,
+                "plots": False, "progress": False, "lr": 0.02}
+    full = fit_strategy(problem, "curriculum", out=tmp_path / "full", **settings)
+    out = tmp_path / "cut"
+    shutil.copytree(tmp_path / "full", out)     # the same fit, then cut after stage 1
+    summary = json.loads((out / "strategy.json").read_text())
+    summary["stages"] = summary["stages"][:1]
+    (out / "strategy.json").write_text(json.dumps(summary))
+    shutil.rmtree(out / "stage2")
+    with pytest.raises(FitError, match="these differ: seed"):
+        fit_strategy(problem, "curriculum", out=out, resume=True, **{**settings, "seed": 2})
+    resumed = fit_strategy(problem, "curriculum", out=out, resume=True, **settings)
+    np.testing.assert_array_equal(resumed.original_w[0], full.original_w[0])
+    np.testing.assert_array_equal(resumed.stages[0].original_values,
+                                  full.stages[0].original_values)
+    assert len(json.loads((out / "strategy.json").read_text())["stages"]) == 2
