@@ -76,8 +76,10 @@ def test_stages_without_steps_carry_the_starts_unchanged(tmp_path):
     summary = json.loads((tmp_path / "fit" / "strategy.json").read_text())
     assert [s["original_objective"] for s in summary["stages"]] == [expected] * 3
     assert (tmp_path / "fit" / "stage2" / "results.h5").is_file()
-    # the last stage of curriculum multiple shooting is the original problem
-    assert summary["stages"][-1]["stage_objective"] == pytest.approx(expected, rel=1e-12)
+    # the last stage of curriculum multiple shooting is the original problem: its fit
+    # evaluates the starts as one vmapped batch, the reference one by one, so they agree
+    # to round-off (1e-11 relative with JAX 0.10), not bit for bit
+    assert summary["stages"][-1]["stage_objective"] == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.slow
