@@ -10,17 +10,8 @@ from pathlib import Path
 import click
 
 from petab_sciml.cli_problem import limit_option
+from petab_sciml.cli_training import split_times
 from petab_sciml.fit.task import OPTIMIZERS, SCHEDULES
-
-
-def _split_times(ctx: click.Context, param: click.Parameter, value: str | None
-                 ) -> list[float] | None:
-    if value is None:
-        return None
-    try:
-        return [float(t) for t in value.split(",") if t.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated times, got {value!r}") from None
 
 
 @click.command("fit")
@@ -72,7 +63,7 @@ def _split_times(ctx: click.Context, param: click.Parameter, value: str | None
                    "(docs/training_strategies.md).")
 @click.option("--stages", type=click.IntRange(min=1),
               help="--strategy: number of stages (windows for multiple-shooting).")
-@click.option("--split", callback=_split_times, metavar="T1,T2,...",
+@click.option("--split", callback=split_times, metavar="T1,T2,...",
               help="--strategy: interior stage ends / window bounds instead of --stages.")
 @click.option("--penalty", type=float, default=1.0, show_default=True,
               help="--strategy: continuity penalty weight of multiple shooting.")

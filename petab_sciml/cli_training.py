@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 
-def _split(ctx: click.Context, param: click.Parameter, value: str | None
-           ) -> list[float] | None:
+def split_times(ctx: click.Context, param: click.Parameter, value: str | None
+                ) -> list[float] | None:
+    """The ``--split T1,T2,...`` option's times (also ``fit --split``)."""
     if value is None:
         return None
     try:
@@ -30,7 +31,7 @@ def _split(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--stages", type=click.IntRange(min=1),
               help="Number of stages (of windows for multiple-shooting): an even split of "
                    "the distinct measurement times.")
-@click.option("--split", callback=_split, metavar="T1,T2,...",
+@click.option("--split", callback=split_times, metavar="T1,T2,...",
               help="Explicit interior stage ends / window bounds instead of --stages.")
 @click.option("--penalty", type=float, default=1.0, show_default=True,
               help="Continuity penalty weight lambda of multiple shooting.")
