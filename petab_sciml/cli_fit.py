@@ -103,31 +103,24 @@ def fit(problem: Path, backend: str, optimizer: str, lr: float, schedule: str,
     if strategy is None and any(v is not None for v in strategy_options.values()):
         raise click.UsageError("--stages, --split, --initial-value and --stage-steps go "
                                "with --strategy")
+    # the settings of a plain fit, and of every stage of a strategy
+    settings = dict(backend=backend, optimizer=optimizer, lr=lr, steps=steps, starts=starts,
+                    seed=seed, out=out, scheduler=scheduler, in_process=in_process,
+                    n_workers=workers, batch=batch, resume=resume, force=force,
+                    checkpoint_every=checkpoint_every, plots=not no_plots,
+                    trust_code=trust_code, progress=not as_json, console=err,
+                    progress_every_s=progress_every, start_from_nominal=start_from_nominal,
+                    schedule=schedule, lr_decay=lr_decay, patience=patience,
+                    min_delta=min_delta, limits=limits,
+                    **_simulation_options(backend, solver, rtol, atol))
     if strategy is not None:
         if (stages is None) == (split is None):
             raise click.UsageError("--strategy needs either --stages or --split")
-        _fit_strategy(problem, strategy, backend=backend, optimizer=optimizer, lr=lr,
-                      steps=steps, starts=starts, seed=seed, out=out, scheduler=scheduler,
-                      in_process=in_process, n_workers=workers, batch=batch, resume=resume,
-                      force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
-                      trust_code=trust_code, progress=not as_json, console=err,
-                      progress_every_s=progress_every,
-                      start_from_nominal=start_from_nominal, schedule=schedule,
-                      lr_decay=lr_decay, patience=patience, min_delta=min_delta,
-                      limits=limits, penalty=penalty, log_penalty=log_penalty,
-                      as_json=as_json, **strategy_options,
-                      **_simulation_options(backend, solver, rtol, atol))
+        _fit_strategy(problem, strategy, penalty=penalty, log_penalty=log_penalty,
+                      as_json=as_json, **strategy_options, **settings)
         return
     try:
-        result = run_fit(problem, backend=backend, optimizer=optimizer, lr=lr, steps=steps,
-                         starts=starts, seed=seed, out=out, scheduler=scheduler,
-                         in_process=in_process, n_workers=workers, batch=batch, resume=resume,
-                         force=force, checkpoint_every=checkpoint_every, plots=not no_plots,
-                         trust_code=trust_code, progress=not as_json, console=err,
-                         progress_every_s=progress_every,
-                         start_from_nominal=start_from_nominal, schedule=schedule,
-                         lr_decay=lr_decay, patience=patience, min_delta=min_delta,
-                         limits=limits, **_simulation_options(backend, solver, rtol, atol))
+        result = run_fit(problem, **settings)
     except FitSignalled as exc:
         err.print(f"[yellow]stopped by {exc.name}: checkpoints are in {out / 'checkpoints'}; "
                   f"continue with the same command and --resume[/yellow]")
