@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,3 +152,22 @@ def parse_bool(text: str) -> bool | None:
     if t in ("false", "0", "0.0"):
         return False
     return None
+
+
+def experiment_periods(rows: Iterable[tuple[str, float, str]]
+                       ) -> dict[str, list[tuple[float, list[str]]]]:
+    """``experimentId -> [(start time, condition ids)]`` sorted by start time, from the
+    experiment table's rows ``(experimentId, start time, conditionId cell)``: rows of one
+    experiment and start time form one period, the cell may list ids separated by ``;``."""
+    periods: dict[str, list[tuple[float, list[str]]]] = {}
+    for eid, time, cell in rows:
+        ids = [c.strip() for c in cell.split(";") if c.strip()]
+        plist = periods.setdefault(eid, [])
+        for start, conds in plist:
+            if start == time:
+                conds.extend(ids)
+                break
+        else:
+            plist.append((time, ids))
+    return {eid: sorted(p, key=lambda item: item[0]) for eid, p in periods.items()}
+

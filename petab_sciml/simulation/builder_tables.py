@@ -69,7 +69,9 @@ def condition_changes(b: PlanBuilder) -> tuple[tuple[sympy.Expr, ...], Condition
 
 def experiment_periods(b: PlanBuilder) -> RawPeriods:
     """The experiment table: each experiment's periods (rows of one start time merged)."""
-    periods: RawPeriods = {}
+    from petab_sciml.problem.tables import experiment_periods as merged
+
+    rows = []
     for table, row in b.rows("experiment"):
         eid = row["experimentId"]
         text = row["time"].strip().lower()
@@ -77,15 +79,8 @@ def experiment_periods(b: PlanBuilder) -> RawPeriods:
         if time == math.inf:
             b.fail(f"experiment {eid!r}: a period cannot start at time inf (use "
                    "-inf for pre-equilibration)", entry=f"{table.file}:{row.line}")
-        plist = periods.setdefault(eid, [])
-        cids = [c.strip() for c in row["conditionId"].split(";") if c.strip()]
-        for start, conds in plist:
-            if start == time:
-                conds.extend(cids)
-                break
-        else:
-            plist.append((time, cids))
-    return {eid: sorted(p, key=lambda item: item[0]) for eid, p in periods.items()}
+        rows.append((eid, time, row["conditionId"]))
+    return merged(rows)
 
 
 # --------------------------------------------------------------------------- observables

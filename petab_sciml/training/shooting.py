@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from petab_sciml.expressions import free_symbol_names, parse
+from petab_sciml.problem.tables import experiment_periods
 
 from .partition import Window
 from .source import Rows, SourceProblem, StrategyError, number, parse_time
@@ -85,19 +86,9 @@ class _Shooting:
         self.conditions: dict[str, list[dict[str, str]]] = {}
         for row in t["condition"].rows:
             self.conditions.setdefault(row["conditionId"], []).append(row)
-        self.periods: dict[str, list[tuple[float, list[str]]]] = {}
-        for row in t["experiment"].rows:
-            ids = [c.strip() for c in row["conditionId"].split(";") if c.strip()]
-            plist = self.periods.setdefault(row["experimentId"], [])
-            time = parse_time(row["time"])
-            for start, conds in plist:
-                if start == time:
-                    conds.extend(ids)
-                    break
-            else:
-                plist.append((time, ids))
-        for plist in self.periods.values():
-            plist.sort(key=lambda p: p[0])
+        self.periods = experiment_periods(
+            (r["experimentId"], parse_time(r["time"]), r["conditionId"])
+            for r in t["experiment"].rows)
         self.taken = source.ids()
         self.window_states: list[WindowState] = []
         self.default_added = False
