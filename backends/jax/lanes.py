@@ -83,6 +83,24 @@ def _lanes_fn(solve_lanes: Callable[..., Any], mask: tuple[bool, ...],
     return fn
 
 
+def _traced_once(solve_lanes: Callable[..., Any], mask: tuple[bool, ...],
+                 always: tuple[int, ...]) -> Callable[..., Any]:
+    """:func:`_lanes_fn` as a ``jax.jit``, one per method, ``mask`` and ``always``, kept
+    on the object whose method ``solve_lanes`` is: JAX then traces the lanes' solve once
+    for every call with the same shapes (the periods of a plan, and the second trace JAX
+    makes of a batched ``custom_vjp``'s backward pass), not once per call.  Tracing a
+    reverse-mode solve is seconds; XLA inlines the call, so the computation is the same.
+    A plain function (no owner to keep it on) is not memoized."""
+    owner = getattr(solve_lanes, "__self__", None)
+    if owner is None:
+        return _lanes_fn(solve_lanes, mask, always)
+    kept = owner.__dict__.setdefault("_lanes_traced_once", {})
+    key = (solve_lanes.__func__, mask, always)
+    if key not in kept:
+        kept[key] = jax.jit(_lanes_fn(solve_lanes, mask, always))
+    return kept[key]
+
+
 def _batch_lanes(solve_lanes: Callable[..., Any], mask: tuple[bool, ...] | None,
                  axis_size: int, in_batched: Any, args: Any, always: tuple[int, ...]) -> Any:
     """Batch axis (``axis_size``) and lane axis (``args[i]`` has one where ``mask[i]``;
@@ -116,7 +134,7 @@ def _batch_lanes(solve_lanes: Callable[..., Any], mask: tuple[bool, ...] | None,
         else:
             merged.append(tree_map(lambda leaf, b, m=m: merge(leaf, b, m), arg, bs))
             new_mask.append(True)
-    out = _lanes_fn(solve_lanes, tuple(new_mask), always)(*merged)
+    out = _traced_once(solve_lanes, tuple(new_mask), always)(*merged)
     if lanes == 1 and not any(mask):
         return out
     return tree_map(lambda leaf: leaf.reshape((axis_size, lanes) + leaf.shape[1:]), out)
