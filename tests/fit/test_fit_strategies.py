@@ -129,8 +129,25 @@ def test_cli_fit_with_a_strategy(tmp_path):
     assert usage.exit_code == 2 and "go with --strategy" in usage.output
 
 
+CURRICULUM = {"split": [5], "steps": 2, "starts": 2, "seed": 1, "plots": False,
+              "progress": False, "lr": 0.02}
+"""A short curriculum fit of the two-period problem (two stages, two starts)."""
+
+
+@pytest.fixture(scope="module")
+def curriculum_in_process(tmp_path_factory):
+    """(problem, output folder, result) of the :data:`CURRICULUM` fit in this process,
+    shared by the tests that compare other runs of it with it (none may change it)."""
+    tmp = tmp_path_factory.mktemp("curriculum")
+    problem = _two_period_problem(tmp / "p")
+    result = fit_strategy(problem, "curriculum", out=tmp / "full", in_process=True,
+                          **CURRICULUM)
+    return problem, tmp / "full", result
+
+
 @pytest.mark.slow
-def test_resume_keeps_finished_stages_and_ends_as_an_uninterrupted_fit(tmp_path):
+def test_resume_keeps_finished_stages_and_ends_as_an_uninterrupted_fit(
+        tmp_path, curriculum_in_process):
     """A fit stopped after its first stage (strategy.json lists one stage, the later
     stage folders absent) resumes from stage 2 and ends with the uninterrupted fit's
     parameters, bit for bit; other settings are refused by name."""
@@ -138,12 +155,10 @@ def test_resume_keeps_finished_stages_and_ends_as_an_uninterrupted_fit(tmp_path)
 
     from petab_sciml.fit import FitError
 
-    problem = _two_period_problem(tmp_path / "p")
-    settings = {"split": [5], "steps": 2, "starts": 1, "seed": 1, "in_process": True,
-                "plots": False, "progress": False, "lr": 0.02}
-    full = fit_strategy(problem, "curriculum", out=tmp_path / "full", **settings)
+    problem, folder, full = curriculum_in_process
+    settings = {**CURRICULUM, "in_process": True}
     out = tmp_path / "cut"
-    shutil.copytree(tmp_path / "full", out)     # the same fit, then cut after stage 1
+    shutil.copytree(folder, out)     # the same fit, then cut after stage 1
     summary = json.loads((out / "strategy.json").read_text())
     summary["stages"] = summary["stages"][:1]
     (out / "strategy.json").write_text(json.dumps(summary))
@@ -151,7 +166,30 @@ def test_resume_keeps_finished_stages_and_ends_as_an_uninterrupted_fit(tmp_path)
     with pytest.raises(FitError, match="these differ: seed"):
         fit_strategy(problem, "curriculum", out=out, resume=True, **{**settings, "seed": 2})
     resumed = fit_strategy(problem, "curriculum", out=out, resume=True, **settings)
-    np.testing.assert_array_equal(resumed.original_w[0], full.original_w[0])
+    for a, b in zip(resumed.original_w, full.original_w, strict=True):
+        np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(resumed.stages[0].original_values,
                                   full.stages[0].original_values)
     assert len(json.loads((out / "strategy.json").read_text())["stages"]) == 2
+
+
+@pytest.mark.slow
+def test_stages_run_on_a_dask_cluster_as_in_one_process(curriculum_in_process, tmp_path):
+    """Each stage's starts go to Dask workers as a plain fit's do (here a LocalCluster of
+    one worker process, both stages on it): the same stages as the fit in this process."""
+    distributed = pytest.importorskip("distributed")
+    problem, _, alone = curriculum_in_process
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        remote = fit_strategy(problem, "curriculum", out=tmp_path / "cluster", client=client,
+                              **CURRICULUM)
+    assert [s.name for s in remote.stages] == ["stage1", "stage2"]
+    for a, b in zip(remote.stages, alone.stages, strict=True):
+        np.testing.assert_allclose(a.original_values, b.original_values, rtol=1e-10, atol=0)
+        for ra, rb in zip(a.result.starts, b.result.starts, strict=True):
+            assert ra.start == rb.start and ra.steps == rb.steps == CURRICULUM["steps"]
+            np.testing.assert_allclose(ra.trace, rb.trace, rtol=1e-10, atol=0)
+            np.testing.assert_allclose(ra.w, rb.w, rtol=1e-10, atol=1e-12)
+    for a, b in zip(remote.original_w, alone.original_w, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
