@@ -40,14 +40,14 @@ def vmap_as_lanes(one: Callable[..., Any], solve_lanes: Callable[..., Any], *,
     own steps)."""
     from jax.custom_batching import custom_vmap
 
+    lanes = _Lanes(solve_lanes, always)
     fn = custom_vmap(one)
 
     @fn.def_vmap
     def rule(axis_size, in_batched, *args):
         if any(_batched(b) for b in in_batched[TIMES]):
             return _plain_vmap(one, in_batched, args)
-        out = _batch_lanes(solve_lanes, None, axis_size, in_batched[:keep], args[:keep],
-                           always)
+        out = lanes.batch(None, axis_size, in_batched[:keep], args[:keep])
         if finish is not None:
             return finish(out, args)
         return out, jax.tree_util.tree_map(lambda _: True, out)
@@ -65,79 +65,76 @@ def _plain_vmap(fn: Callable[..., Any], in_batched: Any, args: Any) -> Any:
     return out, jax.tree_util.tree_map(lambda _: True, out)
 
 
-def _lanes_fn(solve_lanes: Callable[..., Any], mask: tuple[bool, ...],
-              always: tuple[int, ...]) -> Callable[..., Any]:
-    """``solve_lanes`` for one ``mask``, batching into more lanes under a further vmap."""
-    from jax.custom_batching import custom_vmap
+class _Lanes:
+    """``solve_lanes`` (see :func:`vmap_as_lanes`) and its jitted form per ``mask``.
 
-    impl = functools.partial(solve_lanes, mask)
-    fn = custom_vmap(impl)
+    Each mask's function is a ``jax.jit`` made once, so JAX traces the lanes' solve once
+    for all calls of the same shapes (the periods of a plan, and the second trace JAX
+    makes of a batched ``custom_vjp``'s backward pass), not once per call: tracing a
+    reverse-mode solve takes seconds.  XLA inlines the call; the computation is the same.
+    """
 
-    @fn.def_vmap
-    def rule(axis_size, in_batched, *args):
-        if any(_batched(b) for b in in_batched[TIMES]):
-            return _plain_vmap(impl, in_batched, args)
-        out = _batch_lanes(solve_lanes, mask, axis_size, in_batched, args, always)
-        return out, jax.tree_util.tree_map(lambda _: True, out)
+    def __init__(self, solve_lanes: Callable[..., Any], always: tuple[int, ...]):
+        self.solve_lanes = solve_lanes
+        self.always = always
+        self.jitted: dict[tuple[bool, ...], Callable[..., Any]] = {}
 
-    return fn
+    def batch(self, mask: tuple[bool, ...] | None, axis_size: int, in_batched: Any,
+              args: Any) -> Any:
+        """Batch axis (``axis_size``) and lane axis (``args[i]`` has one where
+        ``mask[i]``; ``mask`` None: one lane) merged into one lane axis, index
+        ``batch * lanes + lane``; returns the lanes' output with the batch axis first."""
+        import jax.numpy as jnp
 
-
-def _traced_once(solve_lanes: Callable[..., Any], mask: tuple[bool, ...],
-                 always: tuple[int, ...]) -> Callable[..., Any]:
-    """:func:`_lanes_fn` as a ``jax.jit``, one per method, ``mask`` and ``always``, kept
-    on the object whose method ``solve_lanes`` is: JAX then traces the lanes' solve once
-    for every call with the same shapes (the periods of a plan, and the second trace JAX
-    makes of a batched ``custom_vjp``'s backward pass), not once per call.  Tracing a
-    reverse-mode solve is seconds; XLA inlines the call, so the computation is the same.
-    A plain function (no owner to keep it on) is not memoized."""
-    owner = getattr(solve_lanes, "__self__", None)
-    if owner is None:
-        return _lanes_fn(solve_lanes, mask, always)
-    kept = owner.__dict__.setdefault("_lanes_traced_once", {})
-    key = (solve_lanes.__func__, mask, always)
-    if key not in kept:
-        kept[key] = jax.jit(_lanes_fn(solve_lanes, mask, always))
-    return kept[key]
-
-
-def _batch_lanes(solve_lanes: Callable[..., Any], mask: tuple[bool, ...] | None,
-                 axis_size: int, in_batched: Any, args: Any, always: tuple[int, ...]) -> Any:
-    """Batch axis (``axis_size``) and lane axis (``args[i]`` has one where ``mask[i]``;
-    ``mask`` None: one lane) merged into one lane axis, index ``batch * lanes + lane``;
-    returns the lanes' output with the batch axis first."""
-    import jax.numpy as jnp
-
-    tree_map, leaves = jax.tree_util.tree_map, jax.tree_util.tree_leaves
-    if mask is None:
-        mask, lanes = (False,) * len(args), 1
-    else:
-        lanes = next(leaf.shape[1] if b else leaf.shape[0]
-                     for arg, bs, m in zip(args, in_batched, mask) if m
-                     for leaf, b in zip(leaves(arg), leaves(bs)))
-    total = axis_size * lanes
-
-    def merge(leaf, b, m):
-        if b and m:
-            return leaf.reshape((total,) + leaf.shape[2:])
-        if b:      # a batch axis, no lane axis
-            return jnp.repeat(leaf, lanes, axis=0) if lanes > 1 else leaf
-        if m:      # a lane axis, no batch axis
-            return jnp.tile(leaf, (axis_size,) + (1,) * (leaf.ndim - 1))
-        return jnp.broadcast_to(leaf, (total,) + leaf.shape)
-
-    merged, new_mask = [], []
-    for i, (arg, bs, m) in enumerate(zip(args, in_batched, mask)):
-        if TIMES.start <= i < TIMES.stop or not (_batched(bs) or m or i in always):
-            merged.append(arg)
-            new_mask.append(False)
+        tree_map, leaves = jax.tree_util.tree_map, jax.tree_util.tree_leaves
+        if mask is None:
+            mask, lanes = (False,) * len(args), 1
         else:
-            merged.append(tree_map(lambda leaf, b, m=m: merge(leaf, b, m), arg, bs))
-            new_mask.append(True)
-    out = _traced_once(solve_lanes, tuple(new_mask), always)(*merged)
-    if lanes == 1 and not any(mask):
-        return out
-    return tree_map(lambda leaf: leaf.reshape((axis_size, lanes) + leaf.shape[1:]), out)
+            lanes = next(leaf.shape[1] if b else leaf.shape[0]
+                         for arg, bs, m in zip(args, in_batched, mask) if m
+                         for leaf, b in zip(leaves(arg), leaves(bs)))
+        total = axis_size * lanes
+
+        def merge(leaf, b, m):
+            if b and m:
+                return leaf.reshape((total,) + leaf.shape[2:])
+            if b:      # a batch axis, no lane axis
+                return jnp.repeat(leaf, lanes, axis=0) if lanes > 1 else leaf
+            if m:      # a lane axis, no batch axis
+                return jnp.tile(leaf, (axis_size,) + (1,) * (leaf.ndim - 1))
+            return jnp.broadcast_to(leaf, (total,) + leaf.shape)
+
+        merged, new_mask = [], []
+        for i, (arg, bs, m) in enumerate(zip(args, in_batched, mask)):
+            if TIMES.start <= i < TIMES.stop or not (_batched(bs) or m or i in self.always):
+                merged.append(arg)
+                new_mask.append(False)
+            else:
+                merged.append(tree_map(lambda leaf, b, m=m: merge(leaf, b, m), arg, bs))
+                new_mask.append(True)
+        out = self._solve(tuple(new_mask))(*merged)
+        if lanes == 1 and not any(mask):
+            return out
+        return tree_map(lambda leaf: leaf.reshape((axis_size, lanes) + leaf.shape[1:]), out)
+
+    def _solve(self, mask: tuple[bool, ...]) -> Callable[..., Any]:
+        """``solve_lanes`` for one ``mask``, jitted, batching into more lanes under a
+        further vmap."""
+        if mask not in self.jitted:
+            from jax.custom_batching import custom_vmap
+
+            impl = functools.partial(self.solve_lanes, mask)
+            fn = custom_vmap(impl)
+
+            @fn.def_vmap
+            def rule(axis_size, in_batched, *args):
+                if any(_batched(b) for b in in_batched[TIMES]):
+                    return _plain_vmap(impl, in_batched, args)
+                out = self.batch(mask, axis_size, in_batched, args)
+                return out, jax.tree_util.tree_map(lambda _: True, out)
+
+            self.jitted[mask] = jax.jit(fn)
+        return self.jitted[mask]
 
 
 def solve_lanes(term_one: Callable[..., Any], mask: tuple[bool, ...], lane_args: tuple,
