@@ -21,12 +21,15 @@ One module per op family, named after what it converts:
 ``conv.py``        Conv, ConvTranspose
 ``normalization.py`` BatchNormalization, InstanceNormalization, LayerNormalization, LRN
 ``pooling.py``     MaxPool, AveragePool, LpPool, global pools
+``grid_sample.py`` GridSample, AffineGrid (sampling at computed coordinates)
 ``recurrent.py``   LSTM, GRU, RNN
 ``dropout.py``     Dropout
 ``reshape.py``     Flatten, Reshape, Squeeze, Unsqueeze, DepthToSpace, SpaceToDepth
 ``indexing.py``    Concat, Split, Slice, Gather, GatherND, Tile, Expand, Pad
 ``reduce.py``      Reduce*
+``resize.py``      Resize, Upsample (constant interpolation matrices per axis)
 ``scatter.py``     GatherElements, ScatterElements, ScatterND, Scatter (constant indices)
+``selection.py``   OneHot, Compress, ReverseSequence, CumProd
 ``constants.py``   Identity, Cast, Constant, ops folded on constants only
 =================  ==========================================================
 """
@@ -41,6 +44,7 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     constants,
     conv,
     dropout,
+    grid_sample,
     indexing,
     linear,
     normalization,
@@ -48,7 +52,9 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     recurrent,
     reduce,
     reshape,
+    resize,
     scatter,
+    selection,
 )
 from .importer import META_LAYER, META_LAYER_TYPE, MIN_OPSET, _Importer
 from .registry import HANDLERS

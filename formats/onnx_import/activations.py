@@ -1,6 +1,6 @@
 """Activations: Relu and the other unary maths, Elu, Celu, LeakyRelu, Selu, HardSigmoid,
-Gelu (also the Erf chain exporters write for it), Clip, Softmax, LogSoftmax, Hardmax
-and PRelu (a PReLU layer where the slope is a parameter).
+Gelu (also the Erf chain exporters write for it), Clip, Softmax, LogSoftmax, Hardmax,
+Shrink and PRelu (a PReLU layer where the slope is a parameter).
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ _SELU_GAMMA = 1.0507009873554805
 def _unary(im: _Importer, node: Any, ins: list) -> None:
     x = im.tensor(ins[0], node)
     im.bind(node, 0, im.emit(_UNARY[node.op_type], [x], name=im.out_name(node)))
+
+
+@handles("Shrink")
+def _shrink(im: _Importer, node: Any, ins: list) -> None:
+    """``x - bias`` above ``lambd``, ``x + bias`` below ``-lambd``, 0 between."""
+    at = im.attrs(node)
+    lambd, bias = _f32(at.get("lambd", 0.5)), _f32(at.get("bias", 0.0))
+    x = im.tensor(ins[0], node)
+    low = im.emit("where", [im.emit("lt", [x, -lambd]), im.emit("add", [x, bias]), 0.0])
+    im.bind(node, 0, im.emit("where", [im.emit("gt", [x, lambd]), im.emit("sub", [x, bias]),
+                                       low], name=im.out_name(node)))
 
 
 @handles("Elu", "Celu")

@@ -101,6 +101,9 @@ class _Importer:
         self.names: list[NameEntry] = []
         self.prov: dict[str, tuple[str, tuple, dict]] = {}
         self.get_attr_cache: dict[tuple, str] = {}
+        self.cached_values: list[Any] = []
+        """The constants and lazy values ``get_attr_cache`` holds by ``id``: kept alive, so
+        that a later object cannot reuse the id of a freed one and hit its entry."""
         self.done: set[int] = set()
         self.trainable_uses: dict[str, list[str]] = {}
         self.shared_layers: dict[tuple, str] = {}
@@ -711,6 +714,7 @@ class _Importer:
         else:  # sign
             ref = self.emit("sign", [self.tensor(v.args[0], v.node)], name=out)
         self.get_attr_cache[key] = ref
+        self.cached_values.append(v)
         return ref
 
     def _get_attr_param(self, p: _P) -> str:
@@ -744,6 +748,7 @@ class _Importer:
         ref = self._add_node({"name": self._node_name(fid.replace(".", "_")),
                               "op": "get_attr", "target": fid})
         self.get_attr_cache[key] = ref
+        self.cached_values.append(c)
         return ref
 
     def _register_free(self, fid: str, value: np.ndarray, trainable: bool) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .einsum import einsum as general_einsum
 from .importer import _Importer
 from .registry import handles
 from .values import _C, _P, _T, _f32, _Lazy
@@ -167,7 +168,8 @@ def _gemm(im: _Importer, node: Any, ins: list) -> None:
 
 @handles("Einsum")
 def _einsum(im: _Importer, node: Any, ins: list) -> None:
-    """Bilinear as our exporter writes it: Einsum('...i,oij,...j->...o') (+ Add bias)."""
+    """Bilinear as our exporter writes it, Einsum('...i,oij,...j->...o') (+ Add bias), as
+    a layer; any other equation from products and sums (:mod:`.einsum`)."""
     eq = im.attrs(node).get("equation", "").replace(" ", "")
     m = re.fullmatch(r"\.\.\.(\w),(\w)(\w)(\w),\.\.\.(\w)->\.\.\.(\w)", eq)
     if m and len(ins) == 3 and isinstance(ins[1], _P):
@@ -189,5 +191,4 @@ def _einsum(im: _Importer, node: Any, ins: list) -> None:
                 [im.tensor(ins[0], node), im.tensor(ins[2], node)])
             im.env[out_node.output[0]] = _T(ref, im.shapes.get(out_node.output[0]))
             return
-    raise im.unsupported(node, f"equation {eq!r}; only the Bilinear form "
-                         "'...i,oij,...j->...o' is recognised")
+    general_einsum(im, node, eq, ins)

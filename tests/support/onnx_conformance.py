@@ -96,9 +96,18 @@ def name_expanded_after_their_op(results: list[CaseResult]) -> None:
             r.op = f"{ops.get(stem, r.op.removesuffix(' (expanded)'))} (expanded)"
 
 
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,)}
+"""Float inputs that set an op's output shape (Resize's roi and scales, Upsample's
+scales, OneHot's depth): like integer shapes, exporters write them as constants
+(``torch.onnx.export`` of ``F.interpolate``, ``nn.Upsample``), and a shape computed
+from the network's values is one no static-shape network has.  They become initializers
+too."""
+
+
 def with_integer_inputs_as_initializers(case: Any, data_set: tuple) -> tuple[Any, list, list]:
     """``(model, float_inputs, expected_outputs)``: the case's model with its integer and
-    bool inputs turned into initializers holding ``data_set``'s values."""
+    bool inputs, and the float inputs of :data:`SHAPE_INPUTS`, turned into initializers
+    holding ``data_set``'s values."""
     import onnx
     from onnx import numpy_helper
 
@@ -106,10 +115,13 @@ def with_integer_inputs_as_initializers(case: Any, data_set: tuple) -> tuple[Any
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     graph = model.graph
+    shape_inputs = {n.input[i] for n in graph.node for i in SHAPE_INPUTS.get(n.op_type, ())
+                    if i < len(n.input) and n.input[i]}
     keep, floats = [], []
     for value_info, array in zip(list(graph.input), inputs, strict=False):
         array = np.asarray(array) if not isinstance(array, list) else array
-        if isinstance(array, np.ndarray) and array.dtype.kind in "iub":
+        if isinstance(array, np.ndarray) and (array.dtype.kind in "iub"
+                                              or value_info.name in shape_inputs):
             graph.initializer.append(numpy_helper.from_array(array, value_info.name))
         else:
             keep.append(value_info)
@@ -365,7 +377,11 @@ def docs_page(results: list[CaseResult]) -> str:
         "do not edit by hand. `tests/formats/test_onnx_conformance.py` runs the same cases",
         "and fails on any case that stops passing and on any wrong result.",
         "",
-        "Integer and bool graph inputs become initializers (as in exported networks);",
+        "Integer and bool graph inputs become initializers (as in exported networks),",
+        "and so do the float inputs that set an op's output shape (Resize's `roi` and",
+        "`scales`, Upsample's `scales`, OneHot's `depth`: exporters write them as",
+        "constants, and a shape computed from the network's values is one no static-shape",
+        "network has); other",
         "float inputs stay graph inputs. The *float scope* is the cases whose inputs and",
         "outputs are float tensors and that onnxruntime passes with the same check",
         "(the case's `rtol`/`atol`, default 1e-3 / 1e-7).",

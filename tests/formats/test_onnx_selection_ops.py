@@ -1,0 +1,270 @@
+"""ONNX Einsum (any equation), CumProd, OneHot, Compress, ReverseSequence and Shrink
+against independent references: numpy's ``einsum`` and onnxruntime for the outputs,
+PyTorch's autograd (``torch.einsum``, ``torch.cumprod``) for the gradients, in both
+backends.  ONNX's own node test cases of these ops run in
+``tests/formats/test_onnx_conformance.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from petab_sciml.backends.torch import BACKEND as TORCH  # noqa: E402
+from petab_sciml.errors import NetworkError  # noqa: E402
+from petab_sciml.formats.onnx import import_onnx  # noqa: E402
+
+
+def _backends() -> list:
+    try:
+        from petab_sciml.backends.jax import BACKEND
+    except Exception:  # pragma: no cover - JAX missing
+        return [TORCH]
+    return [TORCH, BACKEND]
+
+
+def _model(op: str, inputs: list[np.ndarray], constants: dict[str, np.ndarray] | None = None,
+           opset: int = 21, **attrs):
+    """A one-node model: ``inputs`` as float graph inputs ``x0, x1, ...``, ``constants``
+    as initializers, the node reading them in that order."""
+    constants = constants or {}
+    names = [f"x{i}" for i in range(len(inputs))] + list(constants)
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(f"x{i}", TensorProto.DOUBLE, x.shape)
+         for i, x in enumerate(inputs)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def _run(model, inputs: list[np.ndarray], cotangent: np.ndarray | None = None):
+    """Per backend: (output, input gradients for ``cotangent``)."""
+    imported = import_onnx(model)
+    out = []
+    for backend in _backends():
+        net = backend.build(imported.network, dtype=imported.dtype)
+        backend.set_parameters(net, imported.parameters)
+        (y,) = backend.forward(net, inputs)
+        grads = None
+        if cotangent is not None:
+            _, grads = backend.vjp(net, inputs, [cotangent])
+        out.append((backend.name, np.asarray(y), grads))
+    return out
+
+
+def _onnxruntime(model, inputs: list[np.ndarray]) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {f"x{i}": x for i, x in enumerate(inputs)})
+    return y
+
+
+EQUATIONS = {
+    "bhqd,bhkd->bhqk": [(2, 3, 4, 5), (2, 3, 6, 5)],   # attention scores
+    "ij,jk,kl->il": [(3, 4), (4, 5), (5, 2)],            # three operands
+    "...ij,...jk->...ik": [(2, 3, 4), (2, 4, 5)],
+    "ij,jk": [(3, 4), (4, 2)],                           # implicit output
+    "ii->i": [(4, 4)],                                   # diagonal
+    "ii": [(4, 4)],                                      # trace
+    "...i,i->...": [(2, 3, 4), (4,)],
+    "bij->jb": [(2, 3, 4)],                              # sum over i, transpose
+    "i,j->ij": [(3,), (4,)],                             # outer product
+    "bi,bi->b": [(5, 3), (5, 3)],
+    "iij,jk->ik": [(3, 3, 4), (4, 2)],                   # diagonal inside a product
+    "...ii->...i": [(2, 3, 3)],
+    "ab...,b->a...": [(2, 3, 4, 5), (3,)],
+}
+
+
+@pytest.mark.parametrize("equation", sorted(EQUATIONS))
+def test_einsum_equals_numpy_and_torch_gradients(equation):
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(s) for s in EQUATIONS[equation]]
+    expected = np.einsum(equation, *inputs)
+    cotangent = rng.standard_normal(np.shape(expected))
+    leaves = [torch.tensor(x, requires_grad=True) for x in inputs]
+    torch_grads = torch.autograd.grad(torch.einsum(equation, *leaves), leaves,
+                                      torch.tensor(cotangent))
+    model = _model("Einsum", inputs, equation=equation)
+    np.testing.assert_allclose(_onnxruntime(model, inputs), expected, rtol=1e-12, atol=1e-12)
+    for name, y, grads in _run(model, inputs, cotangent):
+        np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12, err_msg=name)
+        for g, ref in zip(grads, torch_grads, strict=True):
+            np.testing.assert_allclose(np.asarray(g), ref.numpy(), rtol=1e-12, atol=1e-12,
+                                       err_msg=name)
+
+
+def test_einsum_refusals_name_the_problem():
+    x = np.zeros((3, 4))
+    with pytest.raises(NetworkError, match="names 2 operands; the node has 1"):
+        import_onnx(_model("Einsum", [x], equation="ij,jk->ik"))
+    with pytest.raises(NetworkError, match="subscript 'j' has sizes 4 and 5"):
+        import_onnx(_model("Einsum", [x, np.zeros((5, 2))], equation="ij,jk->ik"))
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("exclusive", [0, 1])
+def test_cumprod_values_and_gradient_with_a_zero_factor(reverse, exclusive):
+    """Against onnxruntime-free references: numpy for the values, torch.cumprod's
+    autograd for the gradient (a zero factor, where exp(cumsum(log)) would fail)."""
+    x = np.array([[1.5, -2.0, 0.0, 3.0, 0.5], [0.3, 1.1, -0.7, 2.0, -1.2]])
+    model = _model("CumProd", [x], {"axis": np.array(1)}, opset=26, reverse=reverse,
+                   exclusive=exclusive)
+    t = torch.tensor(x, requires_grad=True)
+    z = torch.flip(t, [1]) if reverse else t
+    if exclusive:
+        z = torch.cat([torch.ones_like(z[:, :1]), z[:, :-1]], dim=1)
+    y = torch.cumprod(z, dim=1)
+    y = torch.flip(y, [1]) if reverse else y
+    cotangent = np.random.default_rng(1).standard_normal(x.shape)
+    (grad,) = torch.autograd.grad(y, t, torch.tensor(cotangent))
+    for name, got, (g,) in _run(model, [x], cotangent):
+        np.testing.assert_allclose(got, y.detach().numpy(), rtol=1e-14, atol=0, err_msg=name)
+        np.testing.assert_allclose(np.asarray(g), grad.numpy(), rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("computed", [False, True])
+def test_one_hot_with_constant_and_computed_indices(computed):
+    """Negative indices wrap, out-of-range ones give ``off``; indices computed by the
+    network are rounded down as ONNX casts them.  Against numpy (onnxruntime has no
+    double-precision OneHot)."""
+    indices = np.array([[0.0, -1.0, 2.7], [5.0, 1.0, -3.0]])
+    values = np.array([-0.5, 2.25])
+    depth = np.array(4.0)
+    if computed:
+        model = _model("OneHot", [indices], {"depth": depth}, axis=1)
+        node = model.graph.node[0]
+        node.input.append("values")
+        model.graph.initializer.append(numpy_helper.from_array(values, "values"))
+        inputs = [indices]
+    else:
+        model = _model("OneHot", [], {"indices": indices.astype(np.int64), "depth": depth},
+                       axis=1)
+        model.graph.node[0].input.append("x0")
+        model.graph.input.append(helper.make_tensor_value_info("x0", TensorProto.DOUBLE,
+                                                               values.shape))
+        inputs = [values]
+    index = np.floor(indices)
+    index = np.where(index < 0, index + 4, index)
+    expected = np.where(np.arange(4)[None, :, None] == index[:, None, :], values[1], values[0])
+    for name, got, _ in _run(model, inputs):
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_compress_reverse_sequence_and_shrink_against_onnxruntime():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 5))
+    cases = [
+        _model("Compress", [x], {"condition": np.array([True, False, True, True])}, axis=0),
+        _model("Compress", [x], {"condition": np.array([False, True, False, False, True])},
+               axis=-1),
+        _model("Compress", [x], {"condition": np.array([True, False, True])}),  # flattened
+        _model("ReverseSequence", [x], {"lens": np.array([5, 0, 3, 1])}, time_axis=1,
+               batch_axis=0),
+        _model("ReverseSequence", [x.T.copy()], {"lens": np.array([5, 2, 1, 3])},
+               time_axis=0, batch_axis=1),
+    ]
+    for model in cases:
+        inputs = [x.T.copy()] if model.graph.input[0].type.tensor_type.shape.dim[0].dim_value \
+            == 5 else [x]
+        expected = _onnxruntime(model, inputs)
+        for name, got, _ in _run(model, inputs):
+            np.testing.assert_array_equal(got, expected, err_msg=f"{name} {model.graph.node}")
+    # onnxruntime's double Shrink rounds through float32: numpy is the reference here
+    shrink = _model("Shrink", [x], lambd=0.4, bias=0.25)
+    expected = np.where(x > 0.4, x - 0.25, np.where(x < -0.4, x + 0.25, 0.0))
+    for name, got, _ in _run(shrink, [x]):
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_selection_refusals_name_the_node():
+    x = np.zeros((4, 5))
+    with pytest.raises(NetworkError, match="selects nothing"):
+        import_onnx(_model("Compress", [x], {"c": np.array([False, False])}, axis=0))
+    with pytest.raises(NetworkError, match=r"sequence_lens \[6, 0, 0, 0\] must hold one length"):
+        import_onnx(_model("ReverseSequence", [x], {"lens": np.array([6, 0, 0, 0])},
+                           time_axis=1, batch_axis=0))
+    model = _model("OneHot", [], {"i": np.array([1]), "depth": np.array(2.5)})
+    model.graph.node[0].input.append("x0")
+    model.graph.input.append(helper.make_tensor_value_info("x0", TensorProto.DOUBLE, [2]))
+    with pytest.raises(NetworkError, match="depth must be one positive whole number"):
+        import_onnx(model)
+
+
+# ---------------------------------------------------------------- GridSample, AffineGrid
+def _grid_model(x_shape, grid_shape, opset=22, **attrs):
+    node = helper.make_node("GridSample", ["x0", "x1"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x0", TensorProto.DOUBLE, x_shape),
+         helper.make_tensor_value_info("x1", TensorProto.DOUBLE, grid_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_equals_pytorch_with_gradients(mode, padding):
+    """Against ``F.grid_sample`` (values, and gradients to the input and the grid) on
+    grids reaching far outside [-1, 1] (reflected several times), both corner
+    conventions, 2-D (and 3-D but cubic, which ONNX and PyTorch define for 4-D only)."""
+    rng = np.random.default_rng(4)
+    torch_mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+    for dims in ((5, 4), (3, 4, 2)) if mode != "cubic" else ((5, 4),):
+        x = rng.standard_normal((2, 3, *dims))
+        grid = rng.uniform(-3.2, 3.2, (2, 4, 3, *([2] if len(dims) == 3 else []), len(dims)))
+        for align in (0, 1):
+            model = _grid_model(x.shape, grid.shape, mode=mode, padding_mode=padding,
+                                align_corners=align)
+            tx = torch.tensor(x, requires_grad=True)
+            tg = torch.tensor(grid, requires_grad=True)
+            ty = torch.nn.functional.grid_sample(tx, tg, mode=torch_mode, padding_mode=padding,
+                                                 align_corners=bool(align))
+            cotangent = rng.standard_normal(ty.shape)
+            gx, gg = torch.autograd.grad(ty, (tx, tg), torch.tensor(cotangent))
+            expected, tol = ty.detach().numpy(), 1e-10
+            if (mode, padding) == ("cubic", "border"):
+                # PyTorch clamps only the four taps, ONNX also the coordinate first: the
+                # values differ where a coordinate lies outside; ONNX's own is the reference
+                from onnx.reference import ReferenceEvaluator
+
+                (expected,) = ReferenceEvaluator(model).run(None, {"x0": x, "x1": grid})
+                tol = 1e-5   # the reference denormalises the coordinates in float32
+            for name, got, (dx, dgrid) in _run(model, [x, grid], cotangent):
+                what = f"{name} {dims} align={align}"
+                np.testing.assert_allclose(got, expected, rtol=tol, atol=tol, err_msg=what)
+                if (mode, padding) == ("cubic", "border"):
+                    continue  # PyTorch's gradients are those of its own values
+                np.testing.assert_allclose(np.asarray(dx), gx.numpy(), rtol=1e-10, atol=1e-12,
+                                           err_msg=what)
+                np.testing.assert_allclose(np.asarray(dgrid), gg.numpy(), rtol=1e-8,
+                                           atol=1e-10, err_msg=what)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_equals_pytorch(align):
+    rng = np.random.default_rng(5)
+    for size in ([2, 3, 4, 5], [2, 1, 3, 4, 2]):
+        k = len(size) - 2
+        theta = rng.standard_normal((2, k, k + 1))
+        node = helper.make_node("AffineGrid", ["x0", "size"], ["y"], align_corners=align)
+        graph = helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x0", TensorProto.DOUBLE, theta.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+            [numpy_helper.from_array(np.array(size, np.int64), "size")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+        expected = torch.nn.functional.affine_grid(torch.tensor(theta), size,
+                                                   align_corners=bool(align)).numpy()
+        for name, got, _ in _run(model, [theta]):
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=name)
