@@ -14,6 +14,7 @@ signature with node references made explicit (``bound``), which is what backends
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -539,23 +540,30 @@ def _check_graph(nodes: Sequence[Node], inputs: Sequence[str], file: str | None
             if by_name[ref].op == "output":
                 raise NetworkError("cannot use the output node as an input", file=file,
                                    entry=f"forward node {node.name!r}")
-    # Kahn's algorithm, stable with respect to the written order.
-    index = {n.name: i for i, n in enumerate(nodes)}
+    # Kahn's algorithm, stable with respect to the written order: of the nodes whose
+    # inputs are placed, the one written first goes next (a heap of written positions).
     deps = {n.name: set(n.refs()) for n in nodes}
+    users: dict[str, list[int]] = {}
+    missing = []
+    for i, n in enumerate(nodes):
+        missing.append(len(deps[n.name]))
+        for ref in deps[n.name]:
+            users.setdefault(ref, []).append(i)
+    ready = [i for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
     done: list[str] = []
-    placed: set[str] = set()
-    pending = list(nodes)
-    while pending:
-        ready = [n for n in pending if deps[n.name] <= placed]
-        if not ready:
-            cycle = _find_cycle(pending, deps)
-            raise NetworkError(f"the forward graph has a cycle: {' -> '.join(cycle)}",
-                               file=file, entry=f"forward node {cycle[0]!r}")
-        ready.sort(key=lambda n: index[n.name])
-        node = ready[0]
-        done.append(node.name)
-        placed.add(node.name)
-        pending.remove(node)
+    while ready:
+        i = heapq.heappop(ready)
+        done.append(nodes[i].name)
+        for j in users.get(nodes[i].name, ()):
+            missing[j] -= 1
+            if missing[j] == 0:
+                heapq.heappush(ready, j)
+    if len(done) < len(nodes):
+        placed = set(done)
+        cycle = _find_cycle([n for n in nodes if n.name not in placed], deps)
+        raise NetworkError(f"the forward graph has a cycle: {' -> '.join(cycle)}",
+                           file=file, entry=f"forward node {cycle[0]!r}")
     return tuple(done)
 
 

@@ -92,6 +92,7 @@ class _Importer:
         self.warnings: list[str] = []
         self.nodes: list[dict] = []
         self.node_names: set[str] = set()
+        self._next_suffix: dict[str, int] = {}
         self.layers: list[dict] = []
         self.layer_ids: set[str] = set()
         self.free: list[dict] = []
@@ -414,9 +415,13 @@ class _Importer:
     # ------------------------------------------------------------------ naming
     def _node_name(self, base: str) -> str:
         base = _sanitize(base, "n")
-        out, k = base, 1
-        while out in self.node_names:
-            out, k = f"{base}_{k}", k + 1
+        out, k = base, self._next_suffix.get(base, 1)
+        if out in self.node_names:
+            out = f"{base}_{k}"
+            while out in self.node_names:
+                k += 1
+                out = f"{base}_{k}"
+            self._next_suffix[base] = k + 1   # the next free suffix starts here
         self.node_names.add(out)
         return out
 
