@@ -18,7 +18,8 @@ One module per op family, named after what it converts:
 ``activations.py`` Relu..., Elu, LeakyRelu, Selu, Gelu, Clip, Softmax, Hardmax, PRelu
 ``arithmetic.py``  Add, Sub, Mul, Div, Pow, Sum/Mean/Max/Min, comparisons, Where
 ``linear.py``      Gemm, MatMul, Transpose, Einsum (Linear layers)
-``conv.py``        Conv, ConvTranspose
+``conv.py``        Conv, ConvTranspose (``computed_conv.py``: computed weights)
+``linear_attention.py`` LinearAttention (unrolled over the sequence)
 ``normalization.py`` BatchNormalization, InstanceNormalization, LayerNormalization, LRN
 ``pooling.py``     MaxPool, AveragePool, LpPool, global pools
 ``grid_sample.py`` GridSample, AffineGrid (sampling at computed coordinates)
@@ -47,6 +48,7 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     grid_sample,
     indexing,
     linear,
+    linear_attention,
     normalization,
     pooling,
     recurrent,

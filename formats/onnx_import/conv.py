@@ -1,4 +1,5 @@
-"""Conv and ConvTranspose -> Conv1d/2d/3d and ConvTranspose1d/2d/3d layers."""
+"""Conv and ConvTranspose -> Conv1d/2d/3d and ConvTranspose1d/2d/3d layers (computed
+weights: :mod:`.computed_conv`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .computed_conv import computed_conv, computed_conv_transpose
 from .importer import _Importer
 from .registry import handles
 
@@ -50,10 +52,27 @@ def _layer_source(im: _Importer, node: Any, v: Any, what: str) -> tuple[np.ndarr
     return a, v
 
 
+def _computed(im: _Importer, w: Any, b: Any) -> bool:
+    """Whether the weight or the bias is computed by the network (no layer then)."""
+    return im.array(w) is None or (b is not None and im.array(b) is None)
+
+
 @handles("Conv")
 def _conv(im: _Importer, node: Any, ins: list) -> None:
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
+    if _computed(im, w, b):
+        w_shape = im.static_shape(w)
+        kernel = [] if w_shape is None else [int(k) for k in w_shape[2:]]
+        g = _conv_geometry(im, node, x, kernel)
+        if w_shape is None or g["same"]:
+            raise im.error(node, "a convolution with a computed weight needs the static "
+                           "shapes of its input and weight")
+        im.bind(node, 0, computed_conv(
+            im, node, x, w, b, strides=g["strides"], dilations=g["dil"], begins=g["begins"],
+            ends=g["ends"], group=int(im.attrs(node).get("group", 1)),
+            name=im.out_name(node)))
+        return
     weight, wsrc = _layer_source(im, node, w, "weight")
     n = weight.ndim - 2
     if n not in (1, 2, 3):
@@ -83,7 +102,15 @@ def _conv(im: _Importer, node: Any, ins: list) -> None:
 def _conv_transpose(im: _Importer, node: Any, ins: list) -> None:
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    weight, wsrc = _layer_source(im, node, w, "weight")
+    computed = _computed(im, w, b)
+    if computed:
+        w_shape = im.static_shape(w)
+        if w_shape is None:
+            raise im.error(node, "a transposed convolution with a computed weight needs the "
+                           "static shape of its weight")
+        weight, wsrc = np.zeros(w_shape), None
+    else:
+        weight, wsrc = _layer_source(im, node, w, "weight")
     n = weight.ndim - 2
     if n not in (1, 2, 3):
         raise im.error(node, f"{n}-D transposed convolution is not supported")
@@ -115,6 +142,11 @@ def _conv_transpose(im: _Importer, node: Any, ins: list) -> None:
                 ends.append(total // 2)
                 begins.append(total - total // 2)
         g["begins"], g["ends"] = begins, ends
+    if computed:
+        im.bind(node, 0, computed_conv_transpose(
+            im, node, x, w, b, strides=g["strides"], dilations=g["dil"], begins=g["begins"],
+            ends=g["ends"], output_padding=out_pad, group=group, name=im.out_name(node)))
+        return
     for i in range(n):
         if out_pad[i] and out_pad[i] >= max(g["strides"][i], g["dil"][i]):
             raise im.error(node, f"output_padding {out_pad[i]} must be smaller than the stride "

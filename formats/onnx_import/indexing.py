@@ -10,7 +10,7 @@ import numpy as np
 
 from .importer import _Importer
 from .registry import handles
-from .values import _T
+from .values import _C, _T
 
 _INT_MAX = 2**31 - 1
 
@@ -307,7 +307,9 @@ def _pad_op(im: _Importer, node: Any, ins: list) -> None:
         value = float(at.get("value", 0.0))
     else:
         pads = [int(p) for p in np.asarray(im.static(node, 1, "pads")).reshape(-1)]
-        cv = im.static(node, 2, "constant_value")
+        computed_value = (len(node.input) > 2 and bool(node.input[2])
+                          and im.array(ins[2]) is None)
+        cv = None if computed_value else im.static(node, 2, "constant_value")
         value = 0.0 if cv is None or np.asarray(cv).size == 0 else \
             float(np.asarray(cv).reshape(-1)[0])
     axes_v = im.static(node, 3, "axes") if im.opset >= 18 else None
@@ -320,4 +322,17 @@ def _pad_op(im: _Importer, node: Any, ins: list) -> None:
     for i, a in enumerate(axes):
         begins[a], ends[a] = pads[i], pads[k + i]
     ref = im.pad(node, im.tensor(x, node), shape, begins, ends, mode, value)
+    if im.opset >= 11 and computed_value and mode == "constant":
+        # the padded positions hold the network's value: zero padding plus value * a mask
+        static = im.static_shape(x)
+        if static is None:
+            raise im.error(node, "a constant_value computed by the network needs the input's "
+                           "static shape")
+        mask = np.pad(np.zeros(static), [(max(b_, 0), max(e, 0)) for b_, e in
+                                         zip(begins, ends, strict=True)], constant_values=1.0)
+        crop = tuple(slice(max(-b_, 0), mask.shape[i] - max(-e, 0))
+                     for i, (b_, e) in enumerate(zip(begins, ends, strict=True)))
+        fill = im.emit("mul", [im.tensor(_C(mask[crop], "pad_border"), node),
+                               im.tensor(ins[2], node)])
+        ref = im.emit("add", [ref, fill], name=im.out_name(node))
     im.bind(node, 0, ref)

@@ -81,6 +81,25 @@ def _batchnorm_generic(im: _Importer, node: Any, ins: list, rank: int, eps: floa
     im.bind(node, 0, im.emit("add", [y, b], name=im.out_name(node)))
 
 
+def _instancenorm_computed(im: _Importer, node: Any, ins: list, rank: int) -> None:
+    """InstanceNormalization with a scale or bias the network computes (no layer):
+    ``(x - mean) / sqrt(var + eps) * scale + bias`` over the spatial axes, biased
+    variance, as the layer computes it."""
+    eps = _f32(im.attrs(node).get("epsilon", 1e-5))
+    x = im.tensor(ins[0], node)
+    axes = list(range(2, rank))
+    mean = im.emit("mean", [x], {"dim": axes, "keepdim": True})
+    centred = im.emit("sub", [x, mean])
+    var = im.emit("mean", [im.emit("mul", [centred, centred])], {"dim": axes, "keepdim": True})
+    y = im.emit("div", [centred, im.emit("sqrt", [im.emit("add", [var, eps])])])
+    shape = [-1] + [1] * (rank - 2)
+    y = im.emit("mul", [y, im.emit("reshape", [im.tensor(ins[1], node)], {"shape": shape})])
+    if len(ins) > 2 and ins[2] is not None:
+        y = im.emit("add", [y, im.emit("reshape", [im.tensor(ins[2], node)], {"shape": shape})],
+                    name=im.out_name(node))
+    im.bind(node, 0, y)
+
+
 @handles("InstanceNormalization")
 def _instancenorm(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
@@ -88,8 +107,9 @@ def _instancenorm(im: _Importer, node: Any, ins: list) -> None:
     if rank not in (3, 4, 5):
         raise im.error(node, "InstanceNormalization needs an input of rank 3 to 5")
     scale = im.array(ins[1])
-    if scale is None:
-        raise im.error(node, "scale must be an initializer or constant")
+    if scale is None or (len(ins) > 2 and ins[2] is not None and im.array(ins[2]) is None):
+        _instancenorm_computed(im, node, ins, rank)
+        return
     c = int(scale.size)
     affine, arrays = _affine(im, node, ins[1], ins[2], c)
     args = {"num_features": c, "eps": _f32(im.attrs(node).get("epsilon", 1e-5)),

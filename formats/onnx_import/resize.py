@@ -27,13 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from petab_sciml import limits
+
 from .importer import _Importer
 from .registry import handles
 from .values import _C
-
-MAX_MATRIX_ELEMENTS = 16_000_000
-"""Largest interpolation matrix (``n_out * n_in`` of one axis) made at import: 128 MB in
-float64.  Larger resizes are refused by name."""
 
 _COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
                      "align_corners", "asymmetric", "tf_crop_and_resize")
@@ -245,10 +243,10 @@ def _resize(im: _Importer, node: Any, ins: list) -> None:
     for a in list(pending):
         if shape[a] == 0 or out[a] == 0:
             raise im.error(node, f"axis {a}: a resize from or to size 0 is not supported")
-        if shape[a] * out[a] > MAX_MATRIX_ELEMENTS:
-            raise im.error(node, f"axis {a}: resizing {shape[a]} to {out[a]} elements needs a "
-                           f"{out[a]} x {shape[a]} interpolation matrix, more than "
-                           f"{MAX_MATRIX_ELEMENTS:,} elements")
+        # a constant computed at import, budgeted as folded constants are
+        limits.check("max_folded_elements", f"node {node.name or node.op_type!r}: the "
+                     f"{out[a]} x {shape[a]} interpolation matrix of axis {a}",
+                     shape[a] * out[a])
     steps = []
     for a in pending:
         matrix, outside = interpolation_matrix(

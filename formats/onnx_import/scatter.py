@@ -21,9 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from petab_sciml import limits
+
 from .importer import _Importer
 from .indexing import _take
 from .registry import handles
+from .values import _C
 
 _REDUCTIONS = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}
 MAX_PIECES = 256
@@ -111,6 +114,28 @@ def _gather_elements(im: _Importer, node: Any, ins: list) -> None:
     positions = np.indices(idx.shape).reshape(idx.ndim, -1)
     positions[axis] = idx.reshape(-1)
     flat = np.ravel_multi_index(tuple(positions), shape)
+    runs = 1 + int(np.count_nonzero(np.diff(flat) != 1))
+    if runs > MAX_PIECES:
+        # scattered indices (a loss picking one class per sample): a constant one-hot
+        # mask over the axis (budgeted as folded constants are), a product and a sum,
+        # instead of a slice per index.  A product spreads a non-finite data element
+        # along the axis as nan into the outputs that did not pick it.
+        limits.check("max_folded_elements", f"node {node.name or node.op_type!r}: the "
+                     "one-hot mask of GatherElements", idx.size * shape[axis])
+        ref = im.tensor(ins[0], node)
+        if any(i < d for k, (i, d) in enumerate(zip(idx.shape, shape, strict=True))
+               if k != axis):
+            index = [{"slice": [None, None if k == axis else int(i), None]}
+                     for k, i in enumerate(idx.shape)]
+            ref = im.emit("getitem", [ref], {"index": index})
+        hits = np.arange(shape[axis]).reshape((1,) * (axis + 1) + (-1,)
+                                              + (1,) * (idx.ndim - axis - 1))
+        mask = (np.expand_dims(idx, axis + 1) == hits).astype(np.float64)
+        product = im.emit("mul", [im.emit("unsqueeze", [ref], {"dim": axis}),
+                                  im.tensor(_C(mask, "gather_one_hot"), node)])
+        im.bind(node, 0, im.emit("sum", [product], {"dim": [axis + 1]},
+                                 name=im.out_name(node)), idx.shape)
+        return
     data = im.emit("reshape", [im.tensor(ins[0], node)], {"shape": [math.prod(shape)]})
     out = _take(im, node, data, 0, flat, 1, MAX_PIECES)
     im.bind(node, 0, im.emit("reshape", [out], {"shape": [int(d) for d in idx.shape]},

@@ -237,3 +237,19 @@ def test_refusals_name_the_node_and_the_reason(tmp_path):
                             coordinate_transformation_mode="tf_crop_and_resize")
     with pytest.raises(NetworkError, match="a roi with scales"):
         import_onnx(model(crop, [roi, scales]))
+
+
+def test_an_interpolation_matrix_over_the_folding_budget_is_refused_by_name():
+    from petab_sciml.limits import LimitError, use_limits
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up")
+    graph = helper.make_graph([node], "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, None)], [helper.make_tensor("sizes", TensorProto.INT64, [4],
+                                                             [1, 1, 4, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    with use_limits(max_folded_elements=100), pytest.raises(
+            LimitError, match=r"'up': the 64 x 4 interpolation matrix of axis 3 .*"
+                              r"max_folded_elements"):
+        import_onnx(model)
+    assert import_onnx(model).network is not None   # within the default budget

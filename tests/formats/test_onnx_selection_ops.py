@@ -268,3 +268,86 @@ def test_affine_grid_equals_pytorch(align):
                                                    align_corners=bool(align)).numpy()
         for name, got, _ in _run(model, [theta]):
             np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+# ---------------------------------------------------------------- LinearAttention
+def _torch_linear_attention(q, k, v, past, decay, beta, q_heads, kv_heads, scale):
+    """The operator's recurrence, step by step in PyTorch (for autograd)."""
+    b, t, _ = q.shape
+    d_v = v.shape[-1] // kv_heads
+
+    def heads(x, h):
+        return x.reshape(b, t, h, x.shape[-1] // h).permute(0, 2, 1, 3)
+
+    q4, k4, v4 = heads(q, q_heads), heads(k, kv_heads), heads(v, kv_heads)
+    g4 = heads(decay, kv_heads)
+    beta4 = heads(beta, beta.shape[-1])
+    state, outs = past, []
+    for i in range(t):
+        state = state * torch.exp(g4[:, :, i, :])[..., None]
+        retrieved = torch.einsum("bhdm,bhd->bhm", state, k4[:, :, i, :])
+        v_t = beta4[:, :, i, :] * (v4[:, :, i, :] - retrieved)
+        state = state + k4[:, :, i, :, None] * v_t[..., None, :]
+        read = torch.repeat_interleave(state, q_heads // kv_heads, dim=1)
+        outs.append(scale * torch.einsum("bhd,bhdm->bhm", q4[:, :, i, :], read))
+    out = torch.stack(outs, dim=2).permute(0, 2, 1, 3).reshape(b, t, q_heads * d_v)
+    return out, state
+
+
+def test_linear_attention_gated_delta_gqa_with_past_state():
+    """Output and present state against ONNX's reference (it computes in float32) and
+    the recurrence in PyTorch; gradients to every input against PyTorch's autograd."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(6)
+    b, t, qh, kvh, dk, dv = 2, 3, 4, 2, 3, 2
+    arrays = [rng.standard_normal((b, t, qh * dk)), rng.standard_normal((b, t, kvh * dk)),
+              rng.standard_normal((b, t, kvh * dv)), rng.standard_normal((b, kvh, dk, dv)),
+              -rng.uniform(0.0, 0.5, (b, t, kvh)), rng.uniform(0.2, 0.9, (b, t, kvh))]
+    names = ["x0", "x1", "x2", "x3", "x4", "x5"]
+    node = helper.make_node("LinearAttention", names, ["y", "state"], q_num_heads=qh,
+                            kv_num_heads=kvh)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.DOUBLE, a.shape)
+                      for n, a in zip(names, arrays, strict=True)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None),
+         helper.make_tensor_value_info("state", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    reference = ReferenceEvaluator(model).run(None, dict(zip(names, arrays, strict=True)))
+    leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out, state = _torch_linear_attention(*leaves, qh, kvh, 1 / np.sqrt(dk))
+    np.testing.assert_allclose(out.detach().numpy(), reference[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(state.detach().numpy(), reference[1], rtol=1e-5, atol=1e-5)
+    cotangents = [rng.standard_normal(out.shape), rng.standard_normal(state.shape)]
+    expected = torch.autograd.grad((out, state), leaves,
+                                   [torch.tensor(c) for c in cotangents])
+    imported = import_onnx(model)
+    for backend in _backends():
+        net = backend.build(imported.network, dtype=imported.dtype)
+        y, s = backend.forward(net, arrays)
+        np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(s), state.detach().numpy(), rtol=1e-12,
+                                   atol=1e-12)
+        _, grads = backend.vjp(net, arrays, cotangents)
+        for g, ref in zip(grads, expected, strict=True):
+            np.testing.assert_allclose(np.asarray(g), ref.numpy(), rtol=1e-10, atol=1e-12,
+                                       err_msg=backend.name)
+
+
+def test_gather_elements_with_scattered_indices_uses_a_mask_and_equals_torch_gather():
+    """A loss's pick of one class per sample (300 samples: more runs than slices are
+    allowed) and a second axis of indices narrower than the data."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((300, 10, 3))
+    idx = rng.integers(-10, 10, (300, 2, 2))
+    model = _model("GatherElements", [x], {"i": idx}, axis=1)
+    positive = np.where(idx < 0, idx + 10, idx)
+    t = torch.tensor(x, requires_grad=True)
+    expected = torch.gather(t[:, :, :2], 1, torch.tensor(positive))
+    cotangent = rng.standard_normal(idx.shape)
+    (grad,) = torch.autograd.grad(expected, t, torch.tensor(cotangent))
+    np.testing.assert_array_equal(_onnxruntime(model, [x]), expected.detach().numpy())
+    for name, got, (g,) in _run(model, [x], cotangent):
+        np.testing.assert_array_equal(got, expected.detach().numpy(), err_msg=name)
+        np.testing.assert_allclose(np.asarray(g), grad.numpy(), rtol=1e-14, atol=0,
+                                   err_msg=name)
