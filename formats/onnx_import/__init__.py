@@ -21,6 +21,7 @@ One module per op family, named after what it converts:
 ``conv.py``        Conv, ConvTranspose (``computed_conv.py``: computed weights)
 ``linear_attention.py`` LinearAttention (unrolled over the sequence)
 ``normalization.py`` BatchNormalization, InstanceNormalization, LayerNormalization, LRN
+``patches.py``     Col2Im
 ``pooling.py``     MaxPool, AveragePool, LpPool, global pools
 ``grid_sample.py`` GridSample, AffineGrid (sampling at computed coordinates)
 ``recurrent.py``   LSTM, GRU, RNN
@@ -28,6 +29,7 @@ One module per op family, named after what it converts:
 ``reshape.py``     Flatten, Reshape, Squeeze, Unsqueeze, DepthToSpace, SpaceToDepth
 ``indexing.py``    Concat, Split, Slice, Gather, GatherND, Tile, Expand, Pad
 ``reduce.py``      Reduce*
+``rotary.py``      RotaryEmbedding
 ``resize.py``      Resize, Upsample (constant interpolation matrices per axis)
 ``scatter.py``     GatherElements, ScatterElements, ScatterND, Scatter (constant indices)
 ``selection.py``   OneHot, Compress, ReverseSequence, CumProd
@@ -50,11 +52,13 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     linear,
     linear_attention,
     normalization,
+    patches,
     pooling,
     recurrent,
     reduce,
     reshape,
     resize,
+    rotary,
     scatter,
     selection,
 )

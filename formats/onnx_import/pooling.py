@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -58,9 +59,10 @@ def _maxpool(im: _Importer, node: Any, ins: list) -> None:
 def _avgpool(im: _Importer, node: Any, ins: list) -> None:
     x = ins[0]
     g, begins, ends, n = _pool_args(im, node, x)
-    if any(d != 1 for d in g["dilation"]):
-        raise im.error(node, "dilated average pooling is not supported (PyTorch has none)")
     include = bool(im.attrs(node).get("count_include_pad", 0))
+    if any(d != 1 for d in g["dilation"]):
+        _dilated_avgpool(im, node, x, g, begins, ends, include)
+        return
     ref = im.tensor(x, node)
     padding = _pool_padding(g["kernel_size"], g["dilation"], begins, ends)
     rescale = None
@@ -85,6 +87,47 @@ def _avgpool(im: _Importer, node: Any, ins: list) -> None:
     pooled = im.add_layer(node, f"AvgPool{n}d", args, {}, [ref])
     factor = im.tensor(_C(rescale, f"{im.out_name(node)}_divisor"), node)
     im.bind(node, 0, im.emit("mul", [pooled, factor], name=im.out_name(node)))
+
+
+def _dilated_avgpool(im: _Importer, node: Any, x: Any, g: dict, begins: Sequence[int],
+                     ends: Sequence[int], include: bool) -> None:
+    """AveragePool with dilations (PyTorch's AvgPool has none): the sum of the strided
+    slices of the zero-padded input at each kernel offset, over a constant per-position
+    divisor that counts the window's input elements (and its declared pads with
+    ``count_include_pad``; never the overhang of ``ceil_mode``).  The output sizes are
+    ONNX shape inference's."""
+    shape, out_shape = im.static_shape(x), im.shapes.get(node.output[0])
+    if shape is None or out_shape is None or any(d is None for d in out_shape):
+        raise im.error(node, "dilated average pooling needs the static input and output "
+                       "shapes")
+    kernel, stride, dil = g["kernel_size"], g["stride"], g["dilation"]
+    n = len(kernel)
+    spatial, out = shape[-n:], [int(d) for d in out_shape[-n:]]
+    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, stride, kernel, dil)]
+    extra = [max(r - (size + b + e), 0) for r, size, b, e in zip(reach, spatial, begins, ends)]
+    ref = im.pad(node, im.tensor(x, node), shape, [0] * (len(shape) - n) + list(begins),
+                 [0] * (len(shape) - n) + [e + x_ for e, x_ in zip(ends, extra)])
+    total = None
+    counted = np.zeros(out)
+    lead = [{"slice": [None, None, None]}] * (len(shape) - n)
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        index = lead + [{"slice": [o * d, o * d + (m - 1) * s + 1, s]}
+                        for o, d, m, s in zip(offset, dil, out, stride)]
+        piece = im.emit("getitem", [ref], {"index": index})
+        total = piece if total is None else im.emit("add", [total, piece])
+        # which of these taps count: inside the input, or inside its declared pads
+        axes = []
+        for o, d, m, s, size, b, e in zip(offset, dil, out, stride, spatial, begins, ends):
+            at = np.arange(m) * s + o * d - b          # position in the unpadded input
+            low, high = (-b, size + e) if include else (0, size)
+            axes.append((at >= low) & (at < high))
+        window = axes[0].astype(float)
+        for a in axes[1:]:
+            window = np.multiply.outer(window, a)
+        counted += window
+    divisor = 1.0 / np.maximum(counted, 1.0)
+    im.bind(node, 0, im.emit("mul", [total, im.tensor(_C(divisor, "avg_pool_divisor"), node)],
+                             name=im.out_name(node)))
 
 
 def _exclude_pad_scale(spatial: Sequence[int], kernel: Sequence[int], stride: Sequence[int],

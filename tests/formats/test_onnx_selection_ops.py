@@ -29,7 +29,7 @@ def _backends() -> list:
 
 
 def _model(op: str, inputs: list[np.ndarray], constants: dict[str, np.ndarray] | None = None,
-           opset: int = 21, **attrs):
+           opset: int = 21, elem: int = TensorProto.DOUBLE, **attrs):
     """A one-node model: ``inputs`` as float graph inputs ``x0, x1, ...``, ``constants``
     as initializers, the node reading them in that order."""
     constants = constants or {}
@@ -37,9 +37,9 @@ def _model(op: str, inputs: list[np.ndarray], constants: dict[str, np.ndarray] |
     node = helper.make_node(op, names, ["y"], **attrs)
     graph = helper.make_graph(
         [node], "g",
-        [helper.make_tensor_value_info(f"x{i}", TensorProto.DOUBLE, x.shape)
+        [helper.make_tensor_value_info(f"x{i}", elem, x.shape)
          for i, x in enumerate(inputs)],
-        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [helper.make_tensor_value_info("y", elem, None)],
         [numpy_helper.from_array(v, k) for k, v in constants.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
@@ -351,3 +351,80 @@ def test_gather_elements_with_scattered_indices_uses_a_mask_and_equals_torch_gat
         np.testing.assert_array_equal(got, expected.detach().numpy(), err_msg=name)
         np.testing.assert_allclose(np.asarray(g), grad.numpy(), rtol=1e-14, atol=0,
                                    err_msg=name)
+
+
+# ---------------------------------------------------------------- Col2Im, RotaryEmbedding
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 1], "pads": [1, 0, 0, 2],
+                                        "dilations": [1, 2]}])
+def test_col2im_equals_torch_fold_with_gradient(attrs):
+    rng = np.random.default_rng(8)
+    image, block = [5, 6], [2, 3]
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    blocks = [(image[i] + pads[i] + pads[2 + i] - dilations[i] * (block[i] - 1) - 1)
+              // strides[i] + 1 for i in range(2)]
+    x = rng.standard_normal((2, 3 * 6, blocks[0] * blocks[1]))
+    model = _model("Col2Im", [x], {"image": np.array(image), "block": np.array(block)},
+                   opset=18, **attrs)
+    t = torch.tensor(x, requires_grad=True)
+    # torch's fold pads symmetrically: fold into the padded image, then crop
+    padded = [image[i] + pads[i] + pads[2 + i] for i in range(2)]
+    y = torch.nn.functional.fold(t, padded, block, dilation=dilations, stride=strides)
+    y = y[:, :, pads[0]:pads[0] + image[0], pads[1]:pads[1] + image[1]]
+    cotangent = rng.standard_normal(tuple(y.shape))
+    (grad,) = torch.autograd.grad(y, t, torch.tensor(cotangent))
+    for name, got, (g,) in _run(model, [x], cotangent):
+        np.testing.assert_allclose(got, y.detach().numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+        np.testing.assert_allclose(np.asarray(g), grad.numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_equals_the_reference_with_computed_caches(interleaved):
+    """Caches are graph inputs (computed by the network) read at constant position_ids;
+    values against ONNX's reference, gradients of the rotation against PyTorch's
+    autograd of the same formula."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 4, 8))                # (B, H, S, D)
+    angles = rng.uniform(0, 3, (10, 3))                  # rotary dim 6 of 8
+    cos, sin = np.cos(angles), np.sin(angles)
+    positions = rng.integers(0, 10, (2, 4))
+    model = _model("RotaryEmbedding", [x, cos, sin], {"pos": positions}, opset=23,
+                   interleaved=interleaved, rotary_embedding_dim=6)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x0": x, "x1": cos, "x2": sin})
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x, cos, sin)]
+    tx = leaves[0].permute(0, 2, 1, 3)
+    c = leaves[1][torch.tensor(positions)][:, :, None, :]
+    s = leaves[2][torch.tensor(positions)][:, :, None, :]
+    rot = tx[..., :6]
+    x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else (rot[..., :3], rot[..., 3:])
+    real, imag = c * x1 - s * x2, s * x1 + c * x2
+    turned = (torch.stack([real, imag], -1).reshape(rot.shape) if interleaved
+              else torch.cat([real, imag], -1))
+    y = torch.cat([turned, tx[..., 6:]], -1).permute(0, 2, 1, 3)
+    np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-12, atol=1e-12)
+    cotangent = rng.standard_normal(x.shape)
+    grads = torch.autograd.grad(y, leaves, torch.tensor(cotangent))
+    for name, got, got_grads in _run(model, [x, cos, sin], cotangent):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=name)
+        for g, ref in zip(got_grads, grads, strict=True):
+            np.testing.assert_allclose(np.asarray(g), ref.numpy(), rtol=1e-12, atol=1e-12,
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+@pytest.mark.parametrize("include", [0, 1])
+def test_dilated_average_pool_equals_onnxruntime(ceil_mode, include):
+    """Dilations with strides, asymmetric pads, ceil_mode and count_include_pad (float32:
+    onnxruntime has no double AveragePool)."""
+    x = np.random.default_rng(10).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    model = _model("AveragePool", [x], opset=22, elem=TensorProto.FLOAT, kernel_shape=[3, 2],
+                   dilations=[2, 3],
+                   strides=[2, 1], pads=[1, 0, 2, 1], ceil_mode=ceil_mode,
+                   count_include_pad=include)
+    expected = _onnxruntime(model, [x])
+    for name, got, _ in _run(model, [x]):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
