@@ -19,6 +19,7 @@ One module per op family, named after what it converts:
 ``arithmetic.py``  Add, Sub, Mul, Div, Pow, Sum/Mean/Max/Min, comparisons, Where
 ``linear.py``      Gemm, MatMul, Transpose, Einsum (Linear layers)
 ``conv.py``        Conv, ConvTranspose (``computed_conv.py``: computed weights)
+``deform_conv.py`` DeformConv (bilinear taps at computed offsets)
 ``linear_attention.py`` LinearAttention (unrolled over the sequence)
 ``normalization.py`` BatchNormalization, InstanceNormalization, LayerNormalization, LRN
 ``patches.py``     Col2Im
@@ -31,8 +32,9 @@ One module per op family, named after what it converts:
 ``reduce.py``      Reduce*
 ``rotary.py``      RotaryEmbedding
 ``resize.py``      Resize, Upsample (constant interpolation matrices per axis)
+``scan.py``        Scan (unrolled over the static sequence)
 ``scatter.py``     GatherElements, ScatterElements, ScatterND, Scatter (constant indices)
-``selection.py``   OneHot, Compress, ReverseSequence, CumProd
+``selection.py``   OneHot, Compress, ReverseSequence, CumProd, TensorScatter
 ``constants.py``   Identity, Cast, Constant, ops folded on constants only
 =================  ==========================================================
 """
@@ -46,6 +48,7 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     arithmetic,
     constants,
     conv,
+    deform_conv,
     dropout,
     grid_sample,
     indexing,
@@ -59,6 +62,7 @@ from . import (  # noqa: F401 - importing a family module registers its converte
     reshape,
     resize,
     rotary,
+    scan,
     scatter,
     selection,
 )

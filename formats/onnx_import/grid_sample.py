@@ -32,6 +32,8 @@ def _reflect(im: _Importer, v: str, low: float, high: float) -> str:
     """``v`` folded into ``[low, high]`` by reflection at the borders (any number of
     times): ``low + t`` or ``low + 2 r - t`` with ``t = (v - low) mod 2 r``."""
     span = high - low
+    if span == 0:   # a one-pixel axis with align_corners: every point reflects onto it
+        return im.emit("add", [im.emit("mul", [v, 0.0]), low])
     t = im.emit("remainder", [im.emit("sub", [v, low]), 2 * span])
     folded = im.emit("where", [im.emit("gt", [t, span]), im.emit("sub", [2 * span, t]), t])
     return im.emit("add", [folded, low])

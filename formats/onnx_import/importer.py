@@ -570,7 +570,12 @@ class _Importer:
         return None if s is None else len(s)
 
     def static_shape(self, v: Any) -> tuple[int, ...] | None:
+        """``v``'s shape with every size known, or None.  Where shape inference left a
+        size open (inside an expanded function's body, a shape computed in the graph),
+        the part of the graph computing ``v`` runs on ones of the inputs' static shapes."""
         s = self.shape(v)
+        if (s is None or any(d is None for d in s)) and isinstance(v, _T) and v.onnx:
+            s = self._shape_by_running(v.onnx)
         if s is None or any(d is None for d in s):
             return None
         return tuple(int(d) for d in s)
@@ -673,7 +678,7 @@ class _Importer:
         inferred = self.shapes.get(out)
         if shape is not None and (inferred is None or any(d is None for d in inferred)):
             inferred = tuple(int(d) for d in shape)
-        self.env[out] = _T(ref, inferred)
+        self.env[out] = _T(ref, inferred, out)
 
     def alias(self, node: Any, index: int, v: Any) -> None:
         out = node.output[index]

@@ -8,10 +8,11 @@ PyTorch's ``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0`` (an
 direction axis (``(L, D, N, H)``; ``(N, L, D, H)`` with ``layout=1``).  A
 ``direction="reverse"`` node runs a forward layer on the time-flipped sequence.
 
-What PyTorch's layers cannot compute is refused with the reason: other activations,
-``clip``, ``input_forget``, peepholes, varying ``sequence_lens`` and GRU with
+What PyTorch's layers cannot compute, a weight the network computes, GRU with
 ``linear_before_reset=0`` (PyTorch's GRU applies the reset gate after the recurrence
-matmul, which is ONNX's ``linear_before_reset=1``).
+matmul, which is ONNX's ``linear_before_reset=1``) and LSTM peepholes, runs unrolled
+(:mod:`.recurrent_unrolled`); other activations, ``clip``, ``input_forget`` and varying
+``sequence_lens`` are refused with the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .importer import _Importer
+from .recurrent_unrolled import needs_unrolling, unrolled
 from .registry import handles, prepass
 from .values import _C, _P
 
@@ -108,8 +110,10 @@ class _Setup:
     hidden: int
 
 
-def _setup(im: _Importer, node: Any, ins: list) -> _Setup:
-    op = node.op_type
+def _common_checks(im: _Importer, node: Any, ins: list) -> tuple[str, int, str, int]:
+    """``(direction, directions, nonlinearity, layout)`` of a recurrent node, refusing
+    what neither the layers nor the unrolled path compute: other activations, ``clip``,
+    ``input_forget``, varying ``sequence_lens``."""
     at = im.attrs(node)
     direction = at.get("direction", "forward")
     if isinstance(direction, bytes):
@@ -117,19 +121,13 @@ def _setup(im: _Importer, node: Any, ins: list) -> _Setup:
     if direction not in ("forward", "reverse", "bidirectional"):
         raise im.error(node, f"direction {direction!r} is not supported")
     n_dir = 2 if direction == "bidirectional" else 1
-    nonlinearity = _nonlinearity(im, node, op, at, n_dir)
+    nonlinearity = _nonlinearity(im, node, node.op_type, at, n_dir)
     if at.get("clip") is not None:
         raise im.error(node, "clip (cell clipping) is not supported: PyTorch's recurrent "
                        "layers do not clip")
     if at.get("input_forget", 0):
         raise im.error(node, "input_forget=1 (coupled input and forget gates) is not "
                        "supported")
-    if op == "GRU" and not at.get("linear_before_reset", 0):
-        raise im.error(node, "linear_before_reset=0 is not supported: PyTorch's GRU applies "
-                       "the reset gate after the recurrence matmul (linear_before_reset=1)")
-    if op == "LSTM" and len(ins) > 7 and ins[7] is not None:
-        if np.any(im.folded(node, 7, "P (peepholes)")[0]):
-            raise im.error(node, "peephole connections (input P) are not supported")
     layout = int(at.get("layout", 0))
     if len(ins) > 4 and ins[4] is not None:
         lens = im.folded(node, 4, "sequence_lens")[0]
@@ -138,6 +136,13 @@ def _setup(im: _Importer, node: Any, ins: list) -> _Setup:
         if steps is None or np.any(np.asarray(lens) != steps):
             raise im.error(node, "sequence_lens must equal the sequence length for every "
                            "sample (padded sequences are not supported)")
+    return direction, n_dir, nonlinearity, layout
+
+
+def _setup(im: _Importer, node: Any, ins: list) -> _Setup:
+    op = node.op_type
+    at = im.attrs(node)
+    direction, n_dir, nonlinearity, layout = _common_checks(im, node, ins)
     r = im.folded(node, 2, "R")[0]
     hidden = int(at.get("hidden_size", r.shape[-1]))
     return _Setup(op, direction, n_dir, nonlinearity, layout, hidden)
@@ -175,6 +180,9 @@ def _arrays(im: _Importer, node: Any, ins: list, setup: _Setup, k: int
 
 @handles("LSTM", "GRU", "RNN")
 def _recurrent(im: _Importer, node: Any, ins: list) -> None:
+    if needs_unrolling(im, node, ins):
+        unrolled(im, node, ins, _common_checks(im, node, ins)[2])
+        return
     setup = _setup(im, node, ins)
     op, layout, n_dir, hidden = setup.op, setup.layout, setup.n_dir, setup.hidden
     chain = _stack(im, node, setup)
@@ -366,8 +374,8 @@ def _next_layer(im: _Importer, node: Any, setup: _Setup
         nxt_setup = _setup(im, nxt, ins)
     except Exception:  # noqa: BLE001 - not mergeable; converted (and reported) on its own
         return None
-    if nxt_setup != setup:
-        return None
+    if nxt_setup != setup or needs_unrolling(im, nxt, ins):
+        return None   # another layer, or one no PyTorch layer computes
     # Run the reshapes on the probe: they must turn Y into PyTorch's (L, N, D * H).
     if setup.layout:  # (N, L, D, H)
         expected = probe.reshape(y_shape[0], y_shape[1], -1)

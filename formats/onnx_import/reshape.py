@@ -80,6 +80,8 @@ def _reshape(im: _Importer, node: Any, ins: list) -> None:
         if new_shape is not None and _prelu_slope(im, node, x, new_shape):
             return
     in_shape = im.shape(x)
+    if not allowzero and 0 in target and in_shape is not None and None in in_shape:
+        in_shape = im.static_shape(x) or in_shape   # run the graph for the sizes
     ref = im.tensor(x, node)
     # Resolve 0 (copy) entries.
     if not allowzero and 0 in target:

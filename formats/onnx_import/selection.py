@@ -1,5 +1,6 @@
-"""OneHot, Compress, ReverseSequence and CumProd: selections by constant indices and
-running products along a static axis, built from slices, products and concatenations.
+"""OneHot, Compress, ReverseSequence, CumProd and TensorScatter: selections by constant
+indices and running products along a static axis, built from slices, products and
+concatenations.
 
 Their integer operands (indices, conditions, lengths, the axis) must be known at import,
 as in exported networks; the float operands may be computed by the network.
@@ -148,4 +149,51 @@ def _cumprod(im: _Importer, node: Any, ins: list) -> None:
     parts = [running[k] for k in range(n)]
     out = parts[0] if n == 1 else im.emit("cat", [parts], {"dim": axis},
                                           name=im.out_name(node))
+    im.bind(node, 0, out, shape)
+
+
+@handles("TensorScatter")
+def _tensor_scatter(im: _Importer, node: Any, ins: list) -> None:
+    """A cache with each batch element's rows along ``axis`` from ``write_indices[b]`` on
+    replaced by ``update``'s (wrapping with ``mode="circular"``): per batch element, the
+    kept rows times a constant 0/1 mask plus a constant placement matrix times the
+    update."""
+    from .resize import _along_axis
+
+    at = im.attrs(node)
+    mode = at.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise im.error(node, f"mode={mode!r} is not one of linear, circular")
+    shape = _static_rank(im, node, ins[0], "past_cache")
+    update_shape = _static_rank(im, node, ins[1], "update")
+    rank = len(shape)
+    axis = int(at.get("axis", -2)) % rank
+    if axis == 0 or len(update_shape) != rank or any(
+            u != s for i, (u, s) in enumerate(zip(update_shape, shape, strict=True))
+            if i != axis) or update_shape[axis] > shape[axis]:
+        raise im.error(node, f"update {list(update_shape)} does not fit past_cache "
+                       f"{list(shape)} along axis {axis} (axis 0 is the batch)")
+    batch, length, count = shape[0], shape[axis], update_shape[axis]
+    starts = (np.zeros(batch, np.int64) if len(ins) < 3 or ins[2] is None else
+              np.asarray(im.static(node, 2, "write_indices")).reshape(-1).astype(np.int64))
+    cache, update = im.tensor(ins[0], node), im.tensor(ins[1], node)
+    pieces = []
+    for b in range(batch):
+        rows = starts[b] + np.arange(count)
+        rows = rows % length if mode == "circular" else rows
+        if np.any(rows < 0) or np.any(rows >= length):
+            raise im.error(node, f"write_indices[{b}] = {starts[b]} writes outside the "
+                           f"{length} rows of the cache")
+        keep = np.ones(length)
+        keep[rows] = 0.0
+        place = np.zeros((length, count))
+        place[rows, np.arange(count)] = 1.0
+        one = im.slice_axis(cache, node, 0, b, b + 1, rank)
+        kept = im.emit("mul", [one, im.tensor(_C(keep.reshape((-1,) + (1,) * (rank - 1 - axis)),
+                                                 "tensor_scatter_keep"), node)])
+        placed = _along_axis(im, node, im.slice_axis(update, node, 0, b, b + 1, rank), axis,
+                             rank, place, None)
+        pieces.append(im.emit("add", [kept, placed]))
+    out = pieces[0] if len(pieces) == 1 else im.emit("cat", [pieces], {"dim": 0},
+                                                     name=im.out_name(node))
     im.bind(node, 0, out, shape)

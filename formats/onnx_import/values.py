@@ -86,6 +86,9 @@ class _T:
 
     ref: str
     shape: tuple | None = None
+    onnx: str = ""
+    """The ONNX value it is (where bound from a node's output): where shape inference
+    found no static shape, running the graph up to it can."""
 
 
 @dataclass(frozen=True, eq=False)

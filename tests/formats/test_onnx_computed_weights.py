@@ -172,3 +172,49 @@ def test_inference_dropout_with_a_computed_ratio_is_the_identity_and_training_is
             np.testing.assert_array_equal(np.asarray(y), x)
     with pytest.raises(NetworkError, match="ratio .* for a Dropout that drops in training"):
         import_onnx(model(True))
+
+
+def test_deform_conv_equals_the_reference_and_its_gradient_finite_differences():
+    """Groups, offset groups, strides, dilations, pads, mask and bias: values against
+    ONNX's reference; the vector-Jacobian product (to X, W, offsets, bias and mask)
+    against central differences along a random direction, in float64."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(5)
+    n, c, h, w, oc, kh, kw = 2, 4, 5, 6, 4, 2, 3
+    attrs = {"group": 2, "offset_group": 2, "strides": [1, 2], "dilations": [2, 1],
+             "pads": [1, 0, 0, 1]}
+    oh = (h + 1 + 0 - (kh - 1) * 2 - 1) // 1 + 1
+    ow = (w + 0 + 1 - (kw - 1) * 1 - 1) // 2 + 1
+    arrays = [rng.standard_normal((n, c, h, w)), rng.standard_normal((oc, c // 2, kh, kw)),
+              0.8 * rng.standard_normal((n, 2 * 2 * kh * kw, oh, ow)), rng.standard_normal(oc),
+              rng.uniform(0.2, 1.0, (n, 2 * kh * kw, oh, ow))]
+    names = ["x", "w", "offset", "b", "mask"]
+    node = helper.make_node("DeformConv", names, ["y"], kernel_shape=[kh, kw], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, TensorProto.DOUBLE, a.shape)
+                      for k, a in zip(names, arrays, strict=True)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    (expected,) = ReferenceEvaluator(model).run(None, dict(zip(names, arrays, strict=True)))
+    imported = import_onnx(model)
+    cotangent = rng.standard_normal(expected.shape)
+    direction = [rng.standard_normal(a.shape) for a in arrays]
+    for backend in _backends():
+        net = backend.build(imported.network, dtype=imported.dtype)
+        backend.set_parameters(net, imported.parameters)
+        (y,) = backend.forward(net, arrays)
+        # the reference's GridSample denormalises the coordinates in float32
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-5)
+        _, grads = backend.vjp(net, arrays, [cotangent])
+        along = sum(float(np.sum(np.asarray(g) * d)) for g, d in zip(grads, direction,
+                                                                     strict=True))
+
+        def pairing(step: float, backend=backend, net=net) -> float:
+            moved = [a + step * d for a, d in zip(arrays, direction, strict=True)]
+            return float(np.sum(np.asarray(backend.forward(net, moved)[0]) * cotangent))
+
+        step = 1e-6
+        central = (pairing(step) - pairing(-step)) / (2 * step)
+        assert abs(central - along) <= 1e-5 * max(abs(along), 1.0), (backend.name, central,
+                                                                     along)

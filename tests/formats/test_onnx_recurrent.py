@@ -132,8 +132,9 @@ def test_layer_arrays_are_pytorch_gates() -> None:
     np.testing.assert_array_equal(arrays["weight_ih_l0"], np.concatenate([i, f, c, o]))
 
 
+# GRU with linear_before_reset=0 and LSTM peepholes are no longer refused: they run
+# unrolled (tests/formats/test_onnx_recurrent_unrolled.py checks them against onnxruntime).
 @pytest.mark.parametrize("op, attrs, match", [
-    ("GRU", {}, "linear_before_reset=0"),
     ("LSTM", {"clip": 1.0}, "clip"),
     ("LSTM", {"input_forget": 1}, "input_forget"),
     ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "activations"),

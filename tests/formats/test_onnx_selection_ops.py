@@ -218,10 +218,11 @@ def _grid_model(x_shape, grid_shape, opset=22, **attrs):
 def test_grid_sample_equals_pytorch_with_gradients(mode, padding):
     """Against ``F.grid_sample`` (values, and gradients to the input and the grid) on
     grids reaching far outside [-1, 1] (reflected several times), both corner
-    conventions, 2-D (and 3-D but cubic, which ONNX and PyTorch define for 4-D only)."""
+    conventions, 2-D (one axis of one pixel too) and 3-D (but cubic, which ONNX and
+    PyTorch define for 4-D only)."""
     rng = np.random.default_rng(4)
     torch_mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
-    for dims in ((5, 4), (3, 4, 2)) if mode != "cubic" else ((5, 4),):
+    for dims in ((5, 4), (1, 4), (3, 4, 2)) if mode != "cubic" else ((5, 4), (1, 4)):
         x = rng.standard_normal((2, 3, *dims))
         grid = rng.uniform(-3.2, 3.2, (2, 4, 3, *([2] if len(dims) == 3 else []), len(dims)))
         for align in (0, 1):
@@ -428,3 +429,29 @@ def test_dilated_average_pool_equals_onnxruntime(ceil_mode, include):
     expected = _onnxruntime(model, [x])
     for name, got, _ in _run(model, [x]):
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_equals_the_reference_with_gradients(mode):
+    """A cache of 5 rows; two rows written per batch element, wrapping in circular mode.
+    Values against ONNX's reference; gradients: the written rows' cotangent reaches the
+    update, the others the cache."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(11)
+    cache, update = rng.standard_normal((3, 2, 5, 4)), rng.standard_normal((3, 2, 2, 4))
+    starts = np.array([0, 3, 4 if mode == "circular" else 2])
+    model = _model("TensorScatter", [cache, update], {"w": starts}, opset=24, mode=mode)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x0": cache, "x1": update})
+    cotangent = rng.standard_normal(cache.shape)
+    written = np.zeros(cache.shape, bool)
+    update_grad = np.zeros(update.shape)
+    for b, s in enumerate(starts):
+        for k in range(2):
+            row = (s + k) % 5
+            written[b, :, row] = True
+            update_grad[b, :, k] = cotangent[b, :, row]
+    for name, got, (g_cache, g_update) in _run(model, [cache, update], cotangent):
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(g_cache), np.where(written, 0.0, cotangent))
+        np.testing.assert_array_equal(np.asarray(g_update), update_grad)
