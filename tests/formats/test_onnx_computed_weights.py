@@ -13,16 +13,10 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from petab_sciml.backends.torch import BACKEND as TORCH  # noqa: E402
 from petab_sciml.formats.onnx import import_onnx  # noqa: E402
+from tests.support.network_backends import network_backends  # noqa: E402
 
-
-def _backends() -> list:
-    try:
-        from petab_sciml.backends.jax import BACKEND
-    except Exception:  # pragma: no cover - JAX missing
-        return [TORCH]
-    return [TORCH, BACKEND]
+_backends = network_backends
 
 
 def _model(op: str, arrays: list[np.ndarray], **attrs):

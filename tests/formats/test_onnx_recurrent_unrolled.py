@@ -15,18 +15,13 @@ pytest.importorskip("torch")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from petab_sciml.backends.torch import BACKEND as TORCH  # noqa: E402
 from petab_sciml.formats.onnx import import_onnx  # noqa: E402
+from tests.support.network_backends import network_backends  # noqa: E402
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
-def _backends() -> list:
-    try:
-        from petab_sciml.backends.jax import BACKEND
-    except Exception:  # pragma: no cover - JAX missing
-        return [TORCH]
-    return [TORCH, BACKEND]
+_backends = network_backends
 
 
 def _arrays(op: str, directions: int, layout: int, rng) -> dict[str, np.ndarray]:

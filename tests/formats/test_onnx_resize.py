@@ -21,19 +21,12 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from petab_sciml.backends.torch import BACKEND as TORCH  # noqa: E402
 from petab_sciml.errors import NetworkError  # noqa: E402
 from petab_sciml.formats.onnx import import_onnx  # noqa: E402
 from petab_sciml.formats.onnx_import.resize import interpolation_matrix  # noqa: E402
+from tests.support.network_backends import network_backends  # noqa: E402
 
-
-def _backends() -> list:
-    out = [TORCH]
-    try:
-        from petab_sciml.backends.jax import BACKEND
-    except Exception:  # pragma: no cover - JAX missing
-        return out
-    return out + [BACKEND]
+_backends = network_backends
 
 
 class Interpolate(torch.nn.Module):

@@ -15,17 +15,11 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from petab_sciml.backends.torch import BACKEND as TORCH  # noqa: E402
 from petab_sciml.errors import NetworkError  # noqa: E402
 from petab_sciml.formats.onnx import import_onnx  # noqa: E402
+from tests.support.network_backends import network_backends  # noqa: E402
 
-
-def _backends() -> list:
-    try:
-        from petab_sciml.backends.jax import BACKEND
-    except Exception:  # pragma: no cover - JAX missing
-        return [TORCH]
-    return [TORCH, BACKEND]
+_backends = network_backends
 
 
 def _model(op: str, inputs: list[np.ndarray], constants: dict[str, np.ndarray] | None = None,
