@@ -23,20 +23,12 @@ from .importer import _Importer
 from .resize import _along_axis
 
 
-def _static(im: _Importer, node: Any, v: Any, what: str) -> tuple[int, ...]:
-    shape = im.static_shape(v)
-    if shape is None:
-        raise im.error(node, f"a convolution with a computed weight needs the static shape of "
-                       f"the {what} (ONNX shape inference found none)")
-    return shape
-
-
 def computed_conv(im: _Importer, node: Any, x: Any, w: Any, b: Any, *, strides: Sequence[int],
                   dilations: Sequence[int], begins: Sequence[int], ends: Sequence[int],
                   group: int, name: str | None) -> str:
     """``conv(x, w) + b`` (ONNX Conv, zero padding ``begins``/``ends``), the weight and the
     bias runtime values or constants."""
-    x_shape, w_shape = _static(im, node, x, "input"), _static(im, node, w, "weight")
+    x_shape, w_shape = im.needed_shape(node, x, "the input"), im.needed_shape(node, w, "the weight")
     n = len(w_shape) - 2
     batch, channels, spatial = x_shape[0], x_shape[1], x_shape[2:]
     out_channels, kernel = w_shape[0], w_shape[2:]
@@ -79,7 +71,7 @@ def computed_conv_transpose(im: _Importer, node: Any, x: Any, w: Any, b: Any, *,
                             ) -> str:
     """ONNX ConvTranspose with a computed weight ``(C, M / G, k...)``: zeros inserted by
     ``strides``, padded, convolved with the flipped, channel-swapped weight."""
-    x_shape, w_shape = _static(im, node, x, "input"), _static(im, node, w, "weight")
+    x_shape, w_shape = im.needed_shape(node, x, "the input"), im.needed_shape(node, w, "the weight")
     n = len(w_shape) - 2
     channels, kernel = x_shape[1], w_shape[2:]
     if channels != w_shape[0] or channels % group:

@@ -580,6 +580,15 @@ class _Importer:
             return None
         return tuple(int(d) for d in s)
 
+    def needed_shape(self, node: Any, v: Any, what: str) -> tuple[int, ...]:
+        """``v``'s static shape, or an error naming the node and ``what`` needs it."""
+        shape = self.static_shape(v)
+        if shape is None:
+            raise self.error(node, f"{node.op_type} needs the static shape of {what} (ONNX "
+                             "shape inference found none, and running the graph did not "
+                             "give one)")
+        return shape
+
     def array(self, v: Any) -> np.ndarray | None:
         """The value of a constant or parameter (None for runtime values)."""
         if isinstance(v, _C):

@@ -97,10 +97,7 @@ def _assemble(im: _Importer, node: Any, sources: list[tuple], refs: dict[str, st
 
 
 def _static(im: _Importer, node: Any, index: int, what: str) -> tuple[int, ...]:
-    shape = im.static_shape(im.value(node.input[index], node))
-    if shape is None:
-        raise im.error(node, f"{node.op_type} needs the static shape of its {what}")
-    return shape
+    return im.needed_shape(node, im.value(node.input[index], node), f"its {what}")
 
 
 @handles("GatherElements")

@@ -18,14 +18,6 @@ from .registry import handles
 from .values import _C
 
 
-def _static_rank(im: _Importer, node: Any, v: Any, what: str) -> tuple[int, ...]:
-    shape = im.static_shape(v)
-    if shape is None:
-        raise im.error(node, f"{node.op_type} needs the static shape of {what} (ONNX shape "
-                       "inference found none)")
-    return shape
-
-
 @handles("OneHot")
 def _one_hot(im: _Importer, node: Any, ins: list) -> None:
     """``values[1]`` where ``indices`` hit, ``values[0]`` elsewhere.  Constant indices
@@ -39,7 +31,7 @@ def _one_hot(im: _Importer, node: Any, ins: list) -> None:
                        f"{depth_value.tolist()}")
     depth = int(depth_value[0])
     in_shape = (tuple(np.shape(indices)) if indices is not None
-                else _static_rank(im, node, ins[0], "the indices"))
+                else im.needed_shape(node, ins[0], "the indices"))
     rank = len(in_shape) + 1
     axis = im.norm_axis(node, int(im.attrs(node).get("axis", -1)), rank)
     if not 0 <= axis < rank:
@@ -72,7 +64,7 @@ def _compress(im: _Importer, node: Any, ins: list) -> None:
     """The slices along ``axis`` (the flattened input without one) where the constant
     ``condition`` is true."""
     condition = np.asarray(im.static(node, 1, "condition")).reshape(-1).astype(bool)
-    shape = _static_rank(im, node, ins[0], "the input")
+    shape = im.needed_shape(node, ins[0], "the input")
     ref = im.tensor(ins[0], node)
     axis_attr = im.attrs(node).get("axis")
     if axis_attr is None:
@@ -97,7 +89,7 @@ def _reverse_sequence(im: _Importer, node: Any, ins: list) -> None:
     """Each batch element's first ``sequence_lens[b]`` steps reversed: per batch element,
     a take along the time axis with that element's constant order."""
     at = im.attrs(node)
-    shape = _static_rank(im, node, ins[0], "the input")
+    shape = im.needed_shape(node, ins[0], "the input")
     rank = len(shape)
     time_axis = im.norm_axis(node, int(at.get("time_axis", 0)), rank)
     batch_axis = im.norm_axis(node, int(at.get("batch_axis", 1)), rank)
@@ -125,7 +117,7 @@ def _cumprod(im: _Importer, node: Any, ins: list) -> None:
     (``p_k = p_(k-1) * x_k``), concatenated; ``reverse`` runs from the end, ``exclusive``
     shifts by one and starts with 1.  Exact where a factor is zero, as a product is."""
     at = im.attrs(node)
-    shape = _static_rank(im, node, ins[0], "the input")
+    shape = im.needed_shape(node, ins[0], "the input")
     rank = len(shape)
     axis = im.norm_axis(node, int(np.asarray(im.static(node, 1, "axis")).reshape(())), rank)
     reverse, exclusive = bool(at.get("reverse", 0)), bool(at.get("exclusive", 0))
@@ -164,8 +156,8 @@ def _tensor_scatter(im: _Importer, node: Any, ins: list) -> None:
     mode = at.get("mode", "linear")
     if mode not in ("linear", "circular"):
         raise im.error(node, f"mode={mode!r} is not one of linear, circular")
-    shape = _static_rank(im, node, ins[0], "past_cache")
-    update_shape = _static_rank(im, node, ins[1], "update")
+    shape = im.needed_shape(node, ins[0], "past_cache")
+    update_shape = im.needed_shape(node, ins[1], "update")
     rank = len(shape)
     axis = int(at.get("axis", -2)) % rank
     if axis == 0 or len(update_shape) != rank or any(
